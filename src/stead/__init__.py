@@ -1,0 +1,84 @@
+"""stead: durable execution for LLM agent runs.
+
+Every model response, tool result and progress event is committed to a journal, so a run
+survives a crash and continues from committed results: a completed side effect never runs again,
+and an interrupted one is handled by the recovery policy its author chose.
+"""
+
+from __future__ import annotations
+
+from .agent.agent import Agent
+from .agent.tools import ModelRetry, Tool, ToolContext, tool
+from .app import App
+from .errors import (
+    ConflictError,
+    LimitError,
+    ModelError,
+    NotFoundError,
+    OwnershipError,
+    RunCancelled,
+    RunFailed,
+    SchemaVersionError,
+    SteadError,
+    StorageError,
+    ValidationError,
+)
+from .messages import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+from .models import Model
+from .runtime.handle import RunHandle, RunOutcome, RunPage, Snapshot
+from .runtime.runtime import Limits, Runtime
+from .store.records import Event, Operation, Run, RunStatus
+from .store.sqlite import SqliteStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "App",
+    "AssistantMessage",
+    "ConflictError",
+    "Event",
+    "LimitError",
+    "Limits",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelRetry",
+    "NotFoundError",
+    "Operation",
+    "OwnershipError",
+    "Run",
+    "RunCancelled",
+    "RunFailed",
+    "RunHandle",
+    "RunOutcome",
+    "RunPage",
+    "RunStatus",
+    "Runtime",
+    "SchemaVersionError",
+    "Snapshot",
+    "SqliteStore",
+    "SteadError",
+    "StorageError",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolResultMessage",
+    "ToolSpec",
+    "Usage",
+    "UserMessage",
+    "ValidationError",
+    "tool",
+]

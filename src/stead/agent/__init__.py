@@ -1,0 +1,1 @@
+"""Agents: data plus registered code, run as a durable loop."""

@@ -1,0 +1,151 @@
+"""Tools: Python callables the model may call, with a recovery policy.
+
+The schema the model sees and the validation of its arguments both come from the function's
+type hints, through pydantic. A parameter annotated :class:`ToolContext` is filled by stead and
+hidden from the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, overload
+
+import pydantic
+
+from ..errors import ValidationError
+from ..messages import ToolSpec
+from ..store.records import RECOVERY_POLICIES, Recovery
+
+__all__ = ["ModelRetry", "Tool", "ToolContext", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ModelRetry(Exception):  # noqa: N818 - the name users know from Pydantic AI
+    """Raised by a tool to hand ``message`` to the model as the tool's (failed) result, so it
+    can correct its call."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may know about the call it serves.
+
+    ``operation_id`` (``"<run_id>/<key>"``) is the same on every attempt of this call: pass it to
+    external services as the idempotency key of an ``idempotent`` tool.
+    """
+
+    run_id: str
+    session_id: str
+    operation_id: str
+    key: str
+    attempt: int
+
+
+class Tool:
+    """A registered tool. Build one with :func:`tool`."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 description: str | None = None, recovery: Recovery = "manual") -> None:
+        if not callable(fn):
+            raise ValidationError(f"a tool must wrap a function, got {fn!r}")
+        if recovery not in RECOVERY_POLICIES:
+            raise ValidationError(f"tool {getattr(fn, '__name__', fn)!r}: recovery must be one of "
+                                  f"{', '.join(RECOVERY_POLICIES)}, not {recovery!r}")
+        tool_name = name if name is not None else getattr(fn, "__name__", "")
+        if not isinstance(tool_name, str) or not tool_name.strip():
+            raise ValidationError(f"tool {fn!r} needs a name: pass name=...")
+        self.fn = fn
+        self.name = tool_name
+        self.description = (description if description is not None
+                            else inspect.cleandoc(fn.__doc__ or "")).strip()
+        self.recovery: Recovery = recovery
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._context_param, self._arguments = _arguments_model(fn, tool_name)
+        schema = self._arguments.model_json_schema()
+        schema.pop("title", None)
+        self.parameters: Mapping[str, Any] = schema
+
+    def __repr__(self) -> str:
+        return f"<stead tool {self.name!r} recovery={self.recovery!r}>"
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments; raises ``pydantic.ValidationError``."""
+        model = self._arguments.model_validate(dict(arguments))
+        return {field: getattr(model, field) for field in type(model).model_fields}
+
+    async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run the tool: async functions on the loop, sync ones in a worker thread."""
+        kwargs = dict(arguments)
+        if self._context_param is not None:
+            kwargs[self._context_param] = context
+        if self.is_async:
+            return await self.fn(**kwargs)
+        return await asyncio.to_thread(self.fn, **kwargs)
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (outside any run; nothing is journaled)."""
+        result = self.fn(*args, **kwargs)
+        return await result if isinstance(result, Awaitable) else result
+
+
+def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[str | None, type[pydantic.BaseModel]]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise ValidationError(f"tool {name!r}: cannot read its type hints ({exc})") from exc
+    context_param: str | None = None
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ValidationError(f"tool {name!r}: *args and **kwargs cannot be described to a "
+                                  "model; list the parameters")
+        hint = hints.get(param.name)
+        if hint is ToolContext:
+            context_param = param.name
+            continue
+        if hint is None:
+            raise ValidationError(f"tool {name!r}: parameter {param.name!r} needs a type hint "
+                                  "(it becomes the JSON schema the model sees)")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hint, default)
+    model = pydantic.create_model(  # type: ignore[call-overload]
+        f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
+    return context_param, model
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Tool: ...
+@overload
+def tool(*, name: str | None = None, description: str | None = None,
+         recovery: Recovery = "manual") -> Callable[[Callable[P, R]], Tool]: ...
+
+
+def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+         description: str | None = None,
+         recovery: Recovery = "manual") -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Register a function as a tool.
+
+    ``recovery`` decides what happens when the process dies while the tool runs (DESIGN §3):
+    ``"safe"`` runs it again, ``"idempotent"`` runs it again with the same
+    ``ToolContext.operation_id``, ``"manual"`` (the default) stops the run in
+    ``needs_attention`` until a person resolves or retries it.
+    """
+    def wrap(function: Callable[..., Any]) -> Tool:
+        return Tool(function, name=name, description=description, recovery=recovery)
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

@@ -1,0 +1,74 @@
+"""App: the code side — registered agents, each under (id, version)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .agent.agent import Agent
+from .errors import NotFoundError, ValidationError
+
+if TYPE_CHECKING:
+    from .runtime.runtime import Limits, Runtime
+    from .store.sqlite import SqliteStore
+
+__all__ = ["App"]
+
+
+class App:
+    """Registered agents. Several versions of one agent may be registered at once; a new
+    submission uses the version registered last unless it names one.
+
+    Open it on a store to get a :class:`~stead.Runtime`::
+
+        async with await app.open(stead.SqliteStore("stead.db")) as runtime: ...
+    """
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._agents: dict[tuple[str, str], Agent] = {}
+        self._latest: dict[str, str] = {}
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: Agent) -> None:
+        """Register an agent version (also while a runtime is open: ``retry()`` a run that was
+        waiting for it)."""
+        if not isinstance(agent, Agent):
+            raise ValidationError(f"App.register expects a stead.Agent, got {agent!r}")
+        key = (agent.id, agent.version)
+        existing = self._agents.get(key)
+        if existing is not None and existing is not agent:
+            raise ValidationError(f"agent {agent.id!r} version {agent.version!r} is already "
+                                  "registered; give a changed agent a new version")
+        self._agents[key] = agent
+        self._latest[agent.id] = agent.version
+
+    def agent(self, agent_id: str, version: str | None = None) -> Agent:
+        """The registered agent (latest version unless ``version`` is given)."""
+        if version is None:
+            latest = self._latest.get(agent_id)
+            if latest is None:
+                known = ", ".join(sorted(self._latest)) or "none"
+                raise NotFoundError(f"unknown agent {agent_id!r}; registered agents: {known}")
+            version = latest
+        found = self._agents.get((agent_id, version))
+        if found is None:
+            versions = sorted(v for (a, v) in self._agents if a == agent_id)
+            raise NotFoundError(f"agent {agent_id!r} version {version!r} is not registered "
+                                f"(registered versions: {', '.join(versions) or 'none'})")
+        return found
+
+    def find(self, agent_id: str, version: str) -> Agent | None:
+        return self._agents.get((agent_id, version))
+
+    @property
+    def agents(self) -> list[Agent]:
+        return list(self._agents.values())
+
+    async def open(self, store: SqliteStore, *, max_concurrent_runs: int = 4,
+                   resume: bool = True, limits: Limits | None = None) -> Runtime:
+        """Open ``store``: take ownership, and (unless ``resume=False``) resume unfinished runs."""
+        from .runtime.runtime import Runtime
+
+        return await Runtime.open(self, store, max_concurrent_runs=max_concurrent_runs,
+                                  resume=resume, limits=limits)

@@ -1,0 +1,109 @@
+"""Every error stead raises, rooted at :class:`SteadError`.
+
+::
+
+    SteadError
+    ├── ValidationError        bad input to a public entry point; nothing was written
+    ├── NotFoundError          an unknown run, agent, operation or interaction
+    ├── ConflictError          a duplicate id with different content, a busy session, a wrong state
+    ├── LimitError             a payload or count over a configured limit; nothing was written
+    ├── OwnershipError         another live runtime owns the store
+    ├── SchemaVersionError     the database was written by a newer stead
+    ├── StorageError           the store failed; the runtime is poisoned until reopened
+    ├── ModelError             a model provider failed (``retryable`` says whether to try again)
+    ├── RunFailed              awaiting a run that ended ``failed``
+    └── RunCancelled           awaiting a run that ended ``cancelled``
+
+Every message says what happened, to what (run id, operation key, path) and what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "LimitError",
+    "ModelError",
+    "NotFoundError",
+    "OwnershipError",
+    "RunCancelled",
+    "RunFailed",
+    "SchemaVersionError",
+    "SteadError",
+    "StorageError",
+    "ValidationError",
+]
+
+
+class SteadError(Exception):
+    """Base of every error stead raises."""
+
+
+class ValidationError(SteadError, ValueError):
+    """A public entry point was given input it cannot accept. Nothing was written."""
+
+
+class NotFoundError(SteadError, LookupError):
+    """The run, agent, operation or interaction named does not exist."""
+
+
+class ConflictError(SteadError):
+    """The request contradicts what the journal already holds."""
+
+
+class LimitError(SteadError):
+    """A payload or a count is over a configured limit. Nothing was written."""
+
+
+class OwnershipError(SteadError):
+    """Another live runtime owns the store."""
+
+
+class SchemaVersionError(SteadError):
+    """The database was written by a newer version of stead than this one."""
+
+
+class StorageError(SteadError):
+    """The store failed. The runtime refuses every later call until it is closed and reopened."""
+
+
+class ModelError(SteadError):
+    """A model provider failed.
+
+    ``retryable`` is true for rate limits, overload and transient network errors (the agent's
+    ``model_retry`` applies, honouring ``retry_after`` seconds when the provider gave one); false
+    for authentication, bad-request and context-length errors, which fail the run at once.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status_code = status_code
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class RunFailed(SteadError):
+    """The awaited run ended ``failed``; ``run_id`` and ``reason`` say which and why."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} failed: {reason}")
+        self.run_id = run_id
+        self.reason = reason
+
+
+class RunCancelled(SteadError):
+    """The awaited run ended ``cancelled``."""
+
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"run {run_id} was cancelled{detail}")
+        self.run_id = run_id
+        self.reason = reason

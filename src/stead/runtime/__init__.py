@@ -1,0 +1,1 @@
+"""The runtime: ownership of a store, scheduling, and durable execution of runs."""

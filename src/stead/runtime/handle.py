@@ -1,0 +1,98 @@
+"""RunHandle and the records it returns: the client-side view of one run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Message, Usage
+from ..store.records import Event, Operation, Run, RunStatus
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["RunHandle", "RunOutcome", "RunPage", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What a completed run produced: the final ``output`` text, the run's own ``messages``
+    (prompt through final answer, without the session history before it) and its ``usage``."""
+
+    run_id: str
+    output: str
+    messages: Sequence[Message]
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent view of a run: its record, its operations in order, and the sequence of its
+    last event (``cursor``: pass it to ``events(after=...)`` to continue from here)."""
+
+    run: Run
+    operations: Sequence[Operation]
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of :meth:`Runtime.list_runs`, newest first; ``next_cursor`` fetches the next."""
+
+    runs: Sequence[Run]
+    next_cursor: str | None
+
+
+class RunHandle:
+    """A reference to one run of a runtime. Cheap to create; every method reads the journal."""
+
+    __slots__ = ("_runtime", "id")
+
+    def __init__(self, runtime: Runtime, run_id: str) -> None:
+        self._runtime = runtime
+        self.id = run_id
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def run(self) -> Run:
+        """The run record."""
+        return await self._runtime._read_run(self.id)
+
+    async def status(self) -> RunStatus:
+        return (await self._runtime._read_run(self.id)).status
+
+    async def result(self) -> RunOutcome:
+        """Wait until the run is terminal. Returns its outcome; raises :class:`RunFailed` or
+        :class:`RunCancelled`. A run that waits for a person keeps this waiting; nothing here
+        approves, resolves or retries anything."""
+        return await self._runtime._result(self.id)
+
+    def events(self, after: int = 0) -> AsyncIterator[Event]:
+        """The run's events after sequence ``after``: persisted ones, then live ones as they
+        commit, ending after the run's terminal status event."""
+        return self._runtime._events(self.id, after)
+
+    async def snapshot(self) -> Snapshot:
+        return await self._runtime._snapshot(self.id)
+
+    async def resolve(self, operation_key: str, output: Any) -> None:
+        """Supply the result of an interrupted ``manual`` operation the run is blocked on (after
+        checking what it did in the outside world); the run continues from there."""
+        await self._runtime._resolve(self.id, operation_key, output)
+
+    async def retry(self) -> None:
+        """Continue a ``failed`` or ``needs_attention`` run, keeping every committed result. An
+        interrupted ``manual`` operation it is blocked on runs again."""
+        await self._runtime._retry(self.id)
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """Cancel the run (terminal; never restarted). Effects already done are not undone."""
+        await self._runtime._cancel(self.id, reason)

@@ -1,0 +1,211 @@
+"""The durable-operation protocol: intent before, result after; replay from committed results.
+
+A run is executed from its start on every resumption. Each durable operation is looked up by its
+deterministic key: a completed one returns its stored result without running; an interrupted one
+(intent, no result) follows the recovery policy saved with its intent; a new one writes its intent,
+runs, and writes its result.
+
+Writes of ``safe`` operations are queued without waiting: the single writer commits them in order,
+so by the time anything is acknowledged or a side effect runs, they are committed too. ``manual``
+and ``idempotent`` intents are barriers: the effect does not start before its intent is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .._json import JSON, canonical, digest, digest_text, dumps
+from ..errors import StorageError
+from ..messages import Message, Usage, message_to_json
+from ..store.records import Operation, Recovery, Run
+from ..store.sqlite import SqliteStore
+from ..store.sqlite_tx import SqliteTx, history_node
+from .control import Blocked
+
+__all__ = ["Conversation", "RunJournal", "write_messages"]
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # a storage failure poisons the runtime; it is reported there
+
+
+class Conversation:
+    """Messages of a run, each linked into the content-addressed history chain.
+
+    A message is stored once (a blob plus one chain node); a model request refers to the whole
+    conversation so far by its chain head, so storage grows linearly with the conversation.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.heads: list[str] = []
+        self._pending: list[tuple[str, str, str | None, str]] = []  # body, blob, previous, node
+
+    @property
+    def head(self) -> str | None:
+        return self.heads[-1] if self.heads else None
+
+    def append(self, message: Message, *, stored: bool = False) -> None:
+        body = canonical(message_to_json(message))
+        blob = digest_text(body)
+        node = history_node(self.head, blob)
+        if not stored:
+            self._pending.append((body, blob, self.head, node))
+        self.messages.append(message)
+        self.heads.append(node)
+
+    def take_pending(self) -> list[tuple[str, str, str | None, str]]:
+        """Messages appended since the last call, to be written with the next intent."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def reference(self) -> JSON:
+        return {"head": self.head, "length": len(self.messages)}
+
+
+def write_messages(tx: SqliteTx, pending: list[tuple[str, str, str | None, str]]) -> None:
+    if pending:
+        for body, _blob, _previous, _node in pending:
+            tx.put_blob(body)
+        tx.put_history([(node, previous, blob) for _body, blob, previous, node in pending])
+
+
+class RunJournal:
+    """The durable operations of one execution of one run."""
+
+    def __init__(self, store: SqliteStore, run: Run, operations: list[Operation],
+                 max_payload_bytes: int, max_operations: int | None = None) -> None:
+        self.store = store
+        self.run = run
+        self.operations = {op.key: op for op in operations}
+        self.created = len(operations)
+        self.position = max((op.position for op in operations), default=0) + 1
+        self.conversation = Conversation()
+        self.usage = Usage()
+        self.max_payload_bytes = max_payload_bytes
+        self.max_operations = max_operations
+        self._keys: set[str] = set()
+        self._last_write: asyncio.Future[Any] | None = None
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write(self, fn: Callable[[SqliteTx], Any], *, barrier: bool = False) -> asyncio.Future[Any]:
+        """Queue a write. Safe writes need not be awaited: order is kept by the writer."""
+        future = self.store.submit(fn, barrier=barrier)
+        future.add_done_callback(_consume)
+        self._last_write = future
+        return future
+
+    async def settle(self) -> None:
+        """Wait until every write queued so far is committed."""
+        if self._last_write is not None:
+            await asyncio.shield(self._last_write)
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    async def operation(
+        self,
+        key: str,
+        kind: str,
+        recovery: Recovery,
+        input: JSON,
+        execute: Callable[[int], Awaitable[JSON]],
+        *,
+        started: Callable[[int], JSON],
+        completed: Callable[[JSON], JSON],
+        prepare: Callable[[SqliteTx], None] | None = None,
+        on_result: Callable[[JSON], Callable[[SqliteTx], None]] | None = None,
+        describe: str = "",
+    ) -> JSON:
+        """Run one durable operation and return its (possibly replayed) JSON result.
+
+        ``execute(attempt)`` does the work. ``started``/``completed`` build the data of the
+        ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the result
+        is new, returns extra writes for the result's transaction (such as the run's usage); ``prepare`` adds writes before the intent (such as
+        the messages the input refers to).
+        """
+        run_id = self.run.id
+        input_hash = digest({"kind": kind, "input": input})
+        if key in self._keys:
+            raise Blocked(f"operation key {key} was used twice in one execution of run "
+                          f"{run_id}; give each operation its own key", operation=key)
+        self._keys.add(key)
+        op = self.operations.get(key)
+        if op is not None:
+            if op.kind != kind or op.input_hash != input_hash:
+                raise Blocked(
+                    f"definition changed at a saved checkpoint: {key}. The journal holds a "
+                    f"different {op.kind} input for this key than today's code builds; restore "
+                    "the code the run was recorded with, or fork the run before this operation",
+                    operation=key)
+            if op.status == "completed":
+                return op.result
+            if op.recovery == "manual" and not op.rerun:
+                raise Blocked(
+                    f"operation {key}{describe} was interrupted and its recovery policy is "
+                    f"'manual': whether it took effect is unknown (operation id "
+                    f"{op.operation_id}). Check the outside world, then resolve({key!r}, "
+                    "output=...) with what it did, or retry() to run it again",
+                    operation=key)
+            attempt = op.attempts + 1
+            recovery = op.recovery  # the policy saved with the intent wins
+            restart_data = started(attempt)
+
+            def restart(tx: SqliteTx) -> None:
+                if prepare is not None:
+                    prepare(tx)
+                tx.restart_operation(run_id, key, attempt)
+                tx.append_event(run_id, f"{kind}_started", restart_data)
+
+            intent = self.write(restart, barrier=recovery != "safe")
+        else:
+            attempt = 1
+            if self.max_operations is not None and self.created >= self.max_operations:
+                raise Blocked(f"limit max_operations_per_run hit at {key}: run {run_id} already "
+                              f"has {self.created} operations (limit "
+                              f"{self.max_operations}); raise the limit, then retry()",
+                              operation=key)
+            position = self.position
+            self.position += 1
+            self._check_size(key, "input", input)
+            start_data = started(attempt)
+
+            def start(tx: SqliteTx) -> None:
+                if prepare is not None:
+                    prepare(tx)
+                tx.start_operation(run_id=run_id, key=key, position=position, kind=kind,
+                                   recovery=recovery, input_hash=input_hash, input=input)
+                tx.append_event(run_id, f"{kind}_started", start_data)
+
+            intent = self.write(start, barrier=recovery != "safe")
+            self.created += 1
+        if recovery != "safe":
+            await intent  # the effect must not start before its intent is on disk
+        result = await execute(attempt)
+        self._check_size(key, "result", result)
+        done_data = completed(result)
+        extra = on_result(result) if on_result is not None else None
+
+        def finish(tx: SqliteTx) -> None:
+            if not tx.complete_operation(run_id, key, result):
+                raise StorageError(f"operation {key} of run {run_id} was not in progress when "
+                                   "its result was written; the journal was changed under this "
+                                   "runtime")
+            if extra is not None:
+                extra(tx)
+            tx.append_event(run_id, f"{kind}_completed", done_data)
+
+        self.write(finish, barrier=recovery != "safe")
+        return result
+
+    def _check_size(self, key: str, what: str, value: JSON) -> None:
+        size = len(dumps(value).encode())
+        if size > self.max_payload_bytes:
+            raise Blocked(f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes "
+                          f"(limit {self.max_payload_bytes}); raise the limit or make the "
+                          "operation return less, then retry()", operation=key)
+
+

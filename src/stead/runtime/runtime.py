@@ -1,0 +1,608 @@
+"""Runtime: the one owner of a store in this process.
+
+``open`` takes ownership and resumes unfinished runs; a scheduler starts runnable runs (at the head
+of their session, up to ``max_concurrent_runs``); each run executes as an asyncio task that replays
+its journal and continues. ``close`` aborts active attempts and keeps their journal, so the next
+process continues them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
+from ..agent.loop import run_agent_loop
+from ..errors import (
+    ConflictError,
+    LimitError,
+    NotFoundError,
+    RunCancelled,
+    RunFailed,
+    SteadError,
+    StorageError,
+    ValidationError,
+)
+from ..messages import Usage, UserMessage, message_from_json
+from ..store.records import RUNNABLE_STATUSES, Event, Operation, Run, RunStatus
+from ..store.sqlite import SqliteStore
+from ..store.sqlite_tx import SqliteTx
+from .control import Blocked, Failed
+from .handle import RunHandle, RunOutcome, RunPage, Snapshot
+from .journal import RunJournal, write_messages
+
+if TYPE_CHECKING:
+    from ..app import App
+
+__all__ = ["Limits", "Runtime"]
+
+_ID_MAX = 512
+_EVENT_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds checked inside the writing transaction. ``None`` means unbounded."""
+
+    max_pending_runs: int | None = None
+    max_payload_bytes: int = 4 * 1024 * 1024
+    max_operations_per_run: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_pending_runs", "max_payload_bytes", "max_operations_per_run"):
+            value = getattr(self, name)
+            if value is None and name != "max_payload_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"Limits.{name} must be a positive integer, got {value!r}")
+
+
+def _require_id(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{name} must be a non-blank string, got {value!r}")
+    if len(value) > _ID_MAX:
+        raise ValidationError(f"{name} is {len(value)} characters long; the limit is {_ID_MAX}")
+    if any(ord(ch) < 32 for ch in value):
+        raise ValidationError(f"{name} {value!r} contains control characters")
+    return value
+
+
+class Runtime:
+    """One opened owner of a store. Create it with :meth:`App.open`."""
+
+    def __init__(self, app: App, store: SqliteStore, *, max_concurrent_runs: int,
+                 limits: Limits | None,
+                 on_fatal_error: Callable[[StorageError], None] | None = None) -> None:
+        if isinstance(max_concurrent_runs, bool) or not isinstance(max_concurrent_runs, int) \
+                or max_concurrent_runs < 1:
+            raise ValidationError(f"max_concurrent_runs must be a positive integer, got "
+                                  f"{max_concurrent_runs!r}")
+        if not isinstance(store, SqliteStore):
+            raise ValidationError(f"App.open needs a stead store such as "
+                                  f"stead.SqliteStore(path), got {store!r}")
+        self.app = app
+        self.store = store
+        self.max_concurrent_runs = max_concurrent_runs
+        self.limits = limits or Limits()
+        self._on_fatal_error = on_fatal_error
+        self._fatal: StorageError | None = None
+        self._closed = False
+        self._resumed = False
+        self._active: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._scheduler: asyncio.Task[None] | None = None
+        self._subscribers: dict[str, set[asyncio.Queue[Event]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    @classmethod
+    async def open(cls, app: App, store: SqliteStore, *, max_concurrent_runs: int = 4,
+                   resume: bool = True, limits: Limits | None = None,
+                   on_fatal_error: Callable[[StorageError], None] | None = None) -> Runtime:
+        runtime = cls(app, store, max_concurrent_runs=max_concurrent_runs, limits=limits,
+                      on_fatal_error=on_fatal_error)
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(store.acquire, loop, runtime._on_commit, runtime._on_storage_failed)
+        if resume:
+            await runtime.resume()
+        return runtime
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<stead Runtime on {self.store!r}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def resume(self) -> None:
+        """Start the scheduler: unfinished runs (including those a crash left ``running``)
+        continue from their journals."""
+        self._check()
+        if not self._resumed:
+            self._resumed = True
+            self._scheduler = asyncio.create_task(self._schedule(), name="stead-scheduler")
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Abort active attempts (their journal is kept), flush, and release the store."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = list(self._active.values())
+        if self._scheduler is not None:
+            tasks.append(self._scheduler)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.to_thread(self.store.release)
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(SteadError("the runtime was closed while waiting for "
+                                                    "the run; reopen it to continue waiting"))
+        for queues in self._subscribers.values():
+            for queue in queues:
+                queue.put_nowait(_CLOSED)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness without touching the database."""
+        return {"ok": self._fatal is None and not self._closed,
+                "closed": self._closed,
+                "storage_error": str(self._fatal) if self._fatal else None,
+                "active_runs": len(self._active)}
+
+    def _check(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed:
+            raise SteadError("this runtime is closed; open the store again with App.open(...)")
+
+    # -- submission --------------------------------------------------------------------------
+
+    async def submit(self, agent_id: str, *, session_id: str, request_id: str, prompt: str,
+                     enqueue: bool = False, version: str | None = None) -> RunHandle:
+        """Submit a run of an agent. ``(session_id, request_id)`` is the idempotency key: the
+        identical submission returns the original run, a different one raises
+        :class:`ConflictError`. A session runs one run at a time: a busy session raises
+        :class:`ConflictError` unless ``enqueue=True``, which queues the run behind it."""
+        self._check()
+        _require_id("agent_id", agent_id)
+        _require_id("session_id", session_id)
+        _require_id("request_id", request_id)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValidationError(f"prompt must be a non-blank string, got {prompt!r}")
+        agent = self.app.agent(agent_id, version)
+        payload = {"prompt": prompt}
+        size = len(dumps(payload).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(f"the prompt of request {request_id!r} is {size} bytes, over "
+                             f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
+                             "raise the limit with stead.Limits(max_payload_bytes=...)")
+        submission = digest({"kind": "agent", "agent_id": agent_id, "input": payload})
+        max_pending = self.limits.max_pending_runs
+        from .._ids import new_id
+
+        run_id = new_id("run")
+
+        def job(tx: SqliteTx) -> str:
+            found = tx.find_request(session_id, request_id)
+            if found is not None:
+                existing, existing_digest = found
+                if existing_digest == submission:
+                    return existing.id
+                raise ConflictError(
+                    f"request {request_id!r} of session {session_id!r} already belongs to run "
+                    f"{existing.id} with a different submission; use a new request_id for new "
+                    "work")
+            busy = tx.unfinished_in_session(session_id)
+            if busy is not None and not enqueue:
+                raise ConflictError(
+                    f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "
+                    "wait for it, or pass enqueue=True to queue this run behind it")
+            if max_pending is not None:
+                pending = tx.count_runs([s.value for s in RunStatus if not s.terminal])
+                if pending >= max_pending:
+                    raise LimitError(f"max_pending_runs ({max_pending}) reached; request "
+                                     f"{request_id!r} was not accepted, try again later")
+            status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
+            tx.insert_run(run_id=run_id, session_id=session_id, request_id=request_id,
+                          kind="agent", target=agent_id, version=agent.version, status=status,
+                          input=payload, submission_digest=submission)
+            tx.append_event(run_id, "submitted", {
+                "agent_id": agent_id, "version": agent.version, "session_id": session_id,
+                "request_id": request_id, "status": status.value})
+            return run_id
+
+        result_id = await self.store.submit(job, barrier=True)
+        self._wake.set()
+        return RunHandle(self, result_id)
+
+    def get_run(self, run_id: str) -> RunHandle:
+        """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""
+        self._check()
+        return RunHandle(self, _require_id("run_id", run_id))
+
+    async def list_runs(self, *, session_id: str | None = None, agent_id: str | None = None,
+                        status: str | RunStatus | list[str] | None = None,
+                        after: str | None = None, limit: int = 50) -> RunPage:
+        """Runs, newest first, filtered; pass ``page.next_cursor`` as ``after`` for more."""
+        self._check()
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        statuses: list[str] | None = None
+        if status is not None:
+            raw = [status] if isinstance(status, str) else list(status)
+            try:
+                statuses = [RunStatus(s).value for s in raw]
+            except ValueError:
+                raise ValidationError(f"unknown status in {raw!r}; statuses are "
+                                      f"{', '.join(s.value for s in RunStatus)}") from None
+        before: int | None = None
+        if after is not None:
+            if not isinstance(after, str) or not after.isdigit():
+                raise ValidationError(f"after must be a cursor from a previous page, got "
+                                      f"{after!r}")
+            before = int(after)
+        runs = await self.store.submit(lambda tx: tx.list_runs(
+            session_id=session_id, agent_id=agent_id, statuses=statuses, before_number=before,
+            limit=limit + 1), read_only=True)
+        more = len(runs) > limit
+        runs = runs[:limit]
+        return RunPage(runs=runs, next_cursor=str(runs[-1].number) if more else None)
+
+    # -- scheduling and execution ------------------------------------------------------------
+
+    async def _schedule(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._fatal is not None:
+                return
+            free = self.max_concurrent_runs - len(self._active)
+            if free <= 0:
+                continue
+            active = set(self._active)
+            try:
+                runs = await self.store.submit(lambda tx: tx.runnable(free, active),
+                                               read_only=True)
+            except StorageError:
+                return
+            for run in runs:
+                if run.id not in self._active:
+                    task = asyncio.create_task(self._execute(run.id), name=f"stead-run:{run.id}")
+                    self._active[run.id] = task
+
+    async def _execute(self, run_id: str) -> None:
+        try:
+            await self._execute_run(run_id)
+        except asyncio.CancelledError:
+            pass  # closing: the journal is kept and the next owner continues
+        except StorageError:
+            pass  # the runtime is poisoned; reopening recovers from the saved intents
+        finally:
+            self._active.pop(run_id, None)
+            if not self._closed:
+                self._wake.set()
+
+    async def _execute_run(self, run_id: str) -> None:
+        run = await self.store.submit(lambda tx: tx.get_run(run_id), read_only=True)
+        if run is None or run.status.value not in RUNNABLE_STATUSES:
+            return
+        agent = self.app.find(run.agent_id, run.version)
+        if agent is None:
+            reason = (f"agent {run.agent_id!r} version {run.version!r} is not registered in "
+                      "this runtime; register that version (App.register) and retry() the run")
+            await self._stop(run_id, RunStatus.NEEDS_ATTENTION, reason, None)
+            return
+
+        def begin(tx: SqliteTx) -> tuple[Run, list[Operation], list[str]] | None:
+            current = tx.get_run(run_id)
+            if current is None or current.status.value not in RUNNABLE_STATUSES:
+                return None
+            fields: dict[str, Any] = {"status": RunStatus.RUNNING}
+            head, length = current.history_head, current.history_length
+            if current.started_at is None:
+                fields["started_at"] = tx.now()
+                previous = tx.latest_completed(current.session_id, current.number)
+                if previous is not None and previous.outcome is not None:
+                    head = previous.outcome["messages"]["head"]
+                    length = previous.outcome["messages"]["length"]
+                else:
+                    head, length = None, 0
+                fields["history_head"], fields["history_length"] = head, length
+            tx.update_run(run_id, **fields)
+            tx.append_event(run_id, "status", {"status": "running",
+                                               "resumed": current.status == RunStatus.RUNNING})
+            refreshed = tx.get_run(run_id)
+            assert refreshed is not None
+            return refreshed, tx.operations(run_id), tx.history(head, length or 0)
+
+        begun = await self.store.submit(begin)
+        if begun is None:
+            return
+        run, operations, history = begun
+        journal = RunJournal(self.store, run, operations, self.limits.max_payload_bytes,
+                             self.limits.max_operations_per_run)
+        for body in history:
+            journal.conversation.append(message_from_json(loads(body)), stored=True)
+        history_length = len(history)
+        try:
+            outcome = await run_agent_loop(agent, journal, run.input["prompt"])
+        except Blocked as stop:
+            await self._stop(run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation)
+            return
+        except Failed as stop:
+            await self._stop(run_id, RunStatus.FAILED, stop.reason, stop.operation)
+            return
+        conversation = journal.conversation
+        pending = conversation.take_pending()
+        result = {"output": outcome.output, "messages": conversation.reference(),
+                  "history_length": history_length, "usage": outcome.usage.to_json()}
+
+        def complete(tx: SqliteTx) -> None:
+            current = tx.get_run(run_id)
+            if current is None or current.status != RunStatus.RUNNING:
+                return  # cancelled meanwhile
+            write_messages(tx, pending)
+            tx.update_run(run_id, status=RunStatus.COMPLETED, outcome=result,
+                          finished_at=tx.now(), usage=outcome.usage.to_json())
+            tx.append_event(run_id, "status", {"status": "completed"})
+
+        await self.store.submit(complete, barrier=True)
+
+    async def _stop(self, run_id: str, status: RunStatus, reason: str,
+                    operation: str | None) -> None:
+        def job(tx: SqliteTx) -> None:
+            current = tx.get_run(run_id)
+            if current is None or current.status.terminal:
+                return
+            tx.update_run(run_id, status=status, error={"reason": reason, "operation": operation},
+                          blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION
+                          else None,
+                          finished_at=tx.now() if status.terminal else None)
+            data: dict[str, JSON] = {"status": status.value, "reason": reason}
+            if operation is not None:
+                data["operation"] = operation
+            tx.append_event(run_id, "status", data)
+
+        await self.store.submit(job, barrier=True)
+
+    # -- commits, subscribers, failures ------------------------------------------------------
+
+    def _on_commit(self, events: list[Event]) -> None:
+        for event in events:
+            queues = self._subscribers.get(event.run_id)
+            if queues:
+                for queue in queues:
+                    queue.put_nowait(event)
+            if event.type == "status" and RunStatus(event.data["status"]).terminal:
+                for waiter in self._waiters.pop(event.run_id, ()):
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def _on_storage_failed(self, error: StorageError) -> None:
+        if self._fatal is not None:
+            return
+        self._fatal = error
+        for task in list(self._active.values()):
+            task.cancel()
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(error)
+        for queues in self._subscribers.values():
+            for queue in queues:
+                queue.put_nowait(_CLOSED)
+        if self._on_fatal_error is not None:
+            self._on_fatal_error(error)
+
+    # -- RunHandle's implementation ----------------------------------------------------------
+
+    async def _read_run(self, run_id: str) -> Run:
+        self._check()
+        run = await self.store.submit(lambda tx: tx.get_run(run_id), read_only=True)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+        return run
+
+    async def _result(self, run_id: str) -> RunOutcome:
+        while True:
+            self._check()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(run_id, []).append(waiter)
+            run = await self._read_run(run_id)
+            if run.status.terminal:
+                waiters = self._waiters.get(run_id, [])
+                if waiter in waiters:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        self._waiters.pop(run_id, None)
+                return await self._outcome(run)
+            await waiter
+
+    async def _outcome(self, run: Run) -> RunOutcome:
+        if run.status == RunStatus.FAILED:
+            raise RunFailed(run.id, (run.error or {}).get("reason", "unknown reason"))
+        if run.status == RunStatus.CANCELLED:
+            raise RunCancelled(run.id, (run.error or {}).get("reason"))
+        outcome = run.outcome or {}
+        reference = outcome["messages"]
+        bodies = await self.store.submit(
+            lambda tx: tx.history(reference["head"], reference["length"]), read_only=True)
+        messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"]:]]
+        return RunOutcome(run_id=run.id, output=outcome["output"], messages=messages,
+                          usage=Usage.from_json(outcome.get("usage")))
+
+    async def _events(self, run_id: str, after: int) -> AsyncIterator[Event]:
+        self._check()
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValidationError(f"after must be an event sequence >= 0, got {after!r}")
+        await self._read_run(run_id)
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._subscribers.setdefault(run_id, set()).add(queue)
+        try:
+            cursor = after
+            while True:
+                page = await self.store.submit(
+                    lambda tx, c=cursor: tx.events_after(run_id, c, _EVENT_PAGE), read_only=True)
+                for event in page:
+                    cursor = event.sequence
+                    yield event
+                    if _is_terminal(event):
+                        return
+                if len(page) < _EVENT_PAGE:
+                    break
+            run = await self._read_run(run_id)
+            if run.status.terminal:
+                return
+            while True:
+                event = await queue.get()
+                if event is _CLOSED:
+                    self._check()
+                    return
+                if event.sequence <= cursor:
+                    continue
+                cursor = event.sequence
+                yield event
+                if _is_terminal(event):
+                    return
+        finally:
+            queues = self._subscribers.get(run_id)
+            if queues is not None:
+                queues.discard(queue)
+                if not queues:
+                    self._subscribers.pop(run_id, None)
+
+    async def _snapshot(self, run_id: str) -> Snapshot:
+        self._check()
+
+        def read(tx: SqliteTx) -> Snapshot | None:
+            run = tx.get_run(run_id)
+            if run is None:
+                return None
+            return Snapshot(run=run, operations=tx.operations(run_id),
+                            cursor=tx.last_sequence(run_id))
+
+        snapshot = await self.store.submit(read, read_only=True)
+        if snapshot is None:
+            raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+        return snapshot
+
+    async def _resolve(self, run_id: str, key: str, output: Any) -> None:
+        self._check()
+        _require_id("operation_key", key)
+        try:
+            value = to_json(output)
+        except NotJSONError as exc:
+            raise ValidationError(f"resolve({key!r}) of run {run_id}: output must be JSON "
+                                  f"({exc})") from None
+        result = {"output": value, "failed": False, "error": None, "resolved": True}
+        size = len(dumps(result).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(f"resolve({key!r}) of run {run_id}: output is {size} bytes, over "
+                             f"max_payload_bytes ({self.limits.max_payload_bytes})")
+
+        def job(tx: SqliteTx) -> None:
+            run = tx.get_run(run_id)
+            if run is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            op = tx.get_operation(run_id, key)
+            if op is None:
+                raise NotFoundError(f"run {run_id} has no operation {key!r}; snapshot() lists "
+                                    "its operations")
+            if op.status == "completed":
+                if op.result == result:
+                    return  # the same resolution again
+                raise ConflictError(f"operation {key!r} of run {run_id} already has a result; "
+                                    "a committed result is never replaced")
+            if run.status != RunStatus.NEEDS_ATTENTION or run.blocked_operation != key:
+                raise ConflictError(
+                    f"run {run_id} is {run.status.value}, not blocked on {key!r}"
+                    + (f" (it is blocked on {run.blocked_operation!r})"
+                       if run.blocked_operation else "")
+                    + "; only the operation a needs_attention run names can be resolved")
+            tx.complete_operation(run_id, key, result)
+            tx.append_event(run_id, f"{op.kind}_completed", {
+                "key": key, "tool": op.input.get("tool") if isinstance(op.input, dict) else None,
+                "call_id": op.input.get("call_id") if isinstance(op.input, dict) else None,
+                "failed": False, "output": value, "resolved": True})
+            tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None)
+            tx.append_event(run_id, "status", {"status": "pending", "resolved": key})
+
+        await self.store.submit(job, barrier=True)
+        self._wake.set()
+
+    async def _retry(self, run_id: str) -> None:
+        self._check()
+
+        def job(tx: SqliteTx) -> None:
+            run = tx.get_run(run_id)
+            if run is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
+                raise ConflictError(f"run {run_id} is {run.status.value}; only failed and "
+                                    "needs_attention runs can be retried")
+            later = tx.later_started(run)
+            if later is not None:
+                raise ConflictError(f"session {run.session_id!r} has moved on: run {later.id} "
+                                    f"started after {run_id}; submit a new request instead")
+            if run.status == RunStatus.FAILED:
+                busy = tx.unfinished_in_session(run.session_id)
+                if busy is not None and busy.id != run_id:
+                    raise ConflictError(f"session {run.session_id!r} has unfinished run "
+                                        f"{busy.id}; retry {run_id} after it ends")
+            if run.blocked_operation is not None:
+                tx.order_rerun(run_id, run.blocked_operation)
+            tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None,
+                          finished_at=None)
+            tx.append_event(run_id, "status", {"status": "pending", "retried": True})
+
+        await self.store.submit(job, barrier=True)
+        self._wake.set()
+
+    async def _cancel(self, run_id: str, reason: str | None) -> None:
+        self._check()
+        if reason is not None and not isinstance(reason, str):
+            raise ValidationError(f"reason must be a string, got {reason!r}")
+
+        def job(tx: SqliteTx) -> bool:
+            run = tx.get_run(run_id)
+            if run is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            if run.status == RunStatus.CANCELLED:
+                return False
+            if run.status.terminal:
+                raise ConflictError(f"run {run_id} already ended {run.status.value}; it cannot "
+                                    "be cancelled")
+            tx.update_run(run_id, status=RunStatus.CANCELLED,
+                          error={"reason": reason or "cancelled", "operation": None},
+                          finished_at=tx.now())
+            tx.append_event(run_id, "status", {"status": "cancelled", "reason": reason})
+            return True
+
+        if await self.store.submit(job, barrier=True):
+            task = self._active.get(run_id)
+            if task is not None:
+                task.cancel()
+            self._wake.set()
+
+
+class _Closed:
+    sequence = -1
+
+
+_CLOSED: Any = _Closed()
+
+
+def _is_terminal(event: Event) -> bool:
+    return event.type == "status" and RunStatus(event.data["status"]).terminal
+

@@ -1,0 +1,97 @@
+"""Records the store reads and writes: runs, operations, events. Frozen; JSON fields are plain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from .._json import JSON
+
+__all__ = ["Event", "Operation", "Recovery", "Run", "RunStatus"]
+
+Recovery = Literal["safe", "idempotent", "manual"]
+RECOVERY_POLICIES: tuple[Recovery, ...] = ("safe", "idempotent", "manual")
+
+
+class RunStatus(StrEnum):
+    """The status of a run (DESIGN §2). The last three are terminal and immutable."""
+
+    QUEUED = "queued"
+    PENDING = "pending"
+    RUNNING = "running"
+    RETRY_WAIT = "retry_wait"
+    WAITING = "waiting"
+    NEEDS_ATTENTION = "needs_attention"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
+#: Statuses the scheduler may start or continue.
+RUNNABLE_STATUSES: tuple[str, ...] = ("queued", "pending", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: str
+    number: int
+    session_id: str
+    request_id: str
+    kind: str
+    agent_id: str
+    version: str
+    status: RunStatus
+    input: JSON
+    history_head: str | None
+    history_length: int | None
+    outcome: JSON | None
+    error: JSON | None
+    blocked_operation: str | None
+    usage: JSON
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One journaled step of a run. ``status`` is ``started`` (intent) or ``completed``."""
+
+    run_id: str
+    key: str
+    position: int
+    kind: str
+    status: Literal["started", "completed"]
+    recovery: Recovery
+    input_hash: str
+    input: JSON
+    result: JSON | None
+    attempts: int
+    rerun: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def operation_id(self) -> str:
+        """The id handed to external services: ``"<run_id>/<key>"``."""
+        return f"{self.run_id}/{self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A progress record. ``sequence`` is global, increasing and gap-free (see the store)."""
+
+    sequence: int
+    run_id: str
+    type: str
+    data: JSON
+    created_at: datetime

@@ -1,0 +1,354 @@
+"""The SQL of the SQLite store: one transaction's reads and writes of runs, operations, events,
+blobs and histories. The store knows nothing of agents: it moves records."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from .._clock import Clock, iso
+from .._json import JSON, digest_text, dumps, loads
+from .records import (
+    RUNNABLE_STATUSES,
+    Event,
+    Operation,
+    Recovery,
+    Run,
+    RunStatus,
+)
+
+_RUN_COLUMNS = (
+    "id, number, session_id, request_id, kind, target, version, status, input, history_head, "
+    "history_length, outcome, error, blocked_operation, usage, created_at, updated_at, "
+    "started_at, finished_at"
+)
+_OP_COLUMNS = (
+    "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
+    "created_at, updated_at"
+)
+_TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
+_UPDATABLE_RUN_FIELDS = frozenset({
+    "status", "history_head", "history_length", "outcome", "error", "blocked_operation", "usage",
+    "started_at", "finished_at",
+})
+_JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def _load(value: str | None) -> JSON | None:
+    return loads(value) if value is not None else None
+
+
+def _run(row: Sequence[Any]) -> Run:
+    return Run(
+        id=row[0], number=row[1], session_id=row[2], request_id=row[3], kind=row[4],
+        agent_id=row[5], version=row[6], status=RunStatus(row[7]), input=loads(row[8]),
+        history_head=row[9], history_length=row[10], outcome=_load(row[11]),
+        error=_load(row[12]), blocked_operation=row[13], usage=loads(row[14]),
+        created_at=datetime.fromisoformat(row[15]), updated_at=datetime.fromisoformat(row[16]),
+        started_at=_time(row[17]), finished_at=_time(row[18]),
+    )
+
+
+def _operation(row: Sequence[Any]) -> Operation:
+    return Operation(
+        run_id=row[0], key=row[1], position=row[2], kind=row[3], status=row[4], recovery=row[5],
+        input_hash=row[6], input=loads(row[7]), result=_load(row[8]), attempts=row[9],
+        rerun=bool(row[10]), created_at=datetime.fromisoformat(row[11]),
+        updated_at=datetime.fromisoformat(row[12]),
+    )
+
+
+class SqliteTx:
+    """One transaction (or a read) on the writer's connection. Used only on the writer thread."""
+
+    def __init__(self, conn: sqlite3.Connection, clock: Clock, next_sequence: int,
+                 durable: bool, *, read_only: bool = False) -> None:
+        self.conn = conn
+        self.clock = clock
+        self.next_sequence = next_sequence
+        self.durable = durable
+        self.read_only = read_only
+        self.events: list[Event] = []
+        self._mark: tuple[int, int] = (next_sequence, 0)
+        self._now: datetime | None = None
+
+    # -- transaction plumbing ----------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """One timestamp per job, so every record a job writes carries the same time."""
+        if self._now is None:
+            self._now = self.clock.now()
+        return self._now
+
+    def savepoint(self) -> None:
+        self.conn.execute("SAVEPOINT job")
+        self._mark = (self.next_sequence, len(self.events))
+        self._now = None
+
+    def rollback_savepoint(self) -> None:
+        self.conn.execute("ROLLBACK TO job")
+        self.next_sequence, count = self._mark
+        del self.events[count:]
+
+    def release_savepoint(self) -> None:
+        self.conn.execute("RELEASE job")
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> Run | None:
+        row = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE id = ?",
+                                (run_id,)).fetchone()
+        return _run(row) if row else None
+
+    def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS}, submission_digest FROM stead_runs "
+            "WHERE session_id = ? AND request_id = ?", (session_id, request_id)).fetchone()
+        return (_run(row), row[-1]) if row else None
+
+    def unfinished_in_session(self, session_id: str) -> Run | None:
+        """The newest unfinished run of a session, if any."""
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
+            f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
+            (session_id,)).fetchone()
+        return _run(row) if row else None
+
+    def earlier_unfinished(self, run: Run) -> Run | None:
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
+            f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number LIMIT 1",
+            (run.session_id, run.number)).fetchone()
+        return _run(row) if row else None
+
+    def later_started(self, run: Run) -> Run | None:
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
+            "AND started_at IS NOT NULL ORDER BY number LIMIT 1",
+            (run.session_id, run.number)).fetchone()
+        return _run(row) if row else None
+
+    def latest_completed(self, session_id: str, before: int) -> Run | None:
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
+            "AND status = 'completed' ORDER BY number DESC LIMIT 1",
+            (session_id, before)).fetchone()
+        return _run(row) if row else None
+
+    def insert_run(self, *, run_id: str, session_id: str, request_id: str, kind: str,
+                   target: str, version: str, status: RunStatus, input: JSON,
+                   submission_digest: str) -> Run:
+        now = iso(self.now())
+        cursor = self.conn.execute(
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, target, version, status, "
+            "input, submission_digest, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, session_id, request_id, kind, target, version, status.value, dumps(input),
+             submission_digest, now, now))
+        number = cursor.lastrowid
+        assert number is not None
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
+        assignments, values = ["updated_at = ?"], [iso(self.now())]
+        for name, value in fields.items():
+            if name not in _UPDATABLE_RUN_FIELDS:
+                raise ValueError(f"stead_runs.{name} cannot be updated")
+            if name in _JSON_RUN_FIELDS and value is not None:
+                value = dumps(value)
+            elif isinstance(value, RunStatus):
+                value = value.value
+            elif isinstance(value, datetime):
+                value = iso(value)
+            assignments.append(f"{name} = ?")
+            values.append(value)
+        values.append(run_id)
+        self.conn.execute(f"UPDATE stead_runs SET {', '.join(assignments)} WHERE id = ?", values)
+
+    def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
+        """Runs the scheduler may start, in submission order: runnable status and at the head of
+        their session (no earlier unfinished run)."""
+        excluded = set(exclude)
+        statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs AS r WHERE r.status IN ({statuses}) "
+            "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
+            f"AND p.number < r.number AND p.status NOT IN {_TERMINAL_SQL}) "
+            "ORDER BY r.number LIMIT ?", (limit + len(excluded),)).fetchall()
+        return [run for run in map(_run, rows) if run.id not in excluded][:limit]
+
+    def list_runs(self, *, session_id: str | None, agent_id: str | None,
+                  statuses: Sequence[str] | None, before_number: int | None,
+                  limit: int) -> list[Run]:
+        clauses, values = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            values.append(session_id)
+        if agent_id is not None:
+            clauses.append("target = ?")
+            values.append(agent_id)
+        if statuses:
+            clauses.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            values.extend(statuses)
+        if before_number is not None:
+            clauses.append("number < ?")
+            values.append(before_number)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
+            (*values, limit)).fetchall()
+        return [_run(row) for row in rows]
+
+    def count_runs(self, statuses: Sequence[str]) -> int:
+        marks = ", ".join("?" for _ in statuses)
+        return int(self.conn.execute(f"SELECT COUNT(*) FROM stead_runs WHERE status IN ({marks})",
+                                     tuple(statuses)).fetchone()[0])
+
+    # -- operations --------------------------------------------------------------------------
+
+    def operations(self, run_id: str) -> list[Operation]:
+        rows = self.conn.execute(f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? "
+                                 "ORDER BY position", (run_id,)).fetchall()
+        return [_operation(row) for row in rows]
+
+    def get_operation(self, run_id: str, key: str) -> Operation | None:
+        row = self.conn.execute(f"SELECT {_OP_COLUMNS} FROM stead_operations "
+                                "WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        return _operation(row) if row else None
+
+    def start_operation(self, *, run_id: str, key: str, position: int, kind: str,
+                        recovery: Recovery, input_hash: str, input: JSON) -> None:
+        now = iso(self.now())
+        self.conn.execute(
+            "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+            "input_hash, input, attempts, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, 'started', ?, ?, ?, 1, ?, ?)",
+            (run_id, key, position, kind, recovery, input_hash, dumps(input), now, now))
+
+    def restart_operation(self, run_id: str, key: str, attempts: int) -> None:
+        """Record another attempt of an interrupted operation (and consume a re-run order)."""
+        self.conn.execute("UPDATE stead_operations SET attempts = ?, rerun = 0, updated_at = ? "
+                          "WHERE run_id = ? AND key = ? AND status = 'started'",
+                          (attempts, iso(self.now()), run_id, key))
+
+    def complete_operation(self, run_id: str, key: str, result: JSON) -> bool:
+        """Store the result of a started operation; False if it was not ``started``."""
+        cursor = self.conn.execute(
+            "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (dumps(result), iso(self.now()), run_id, key))
+        return cursor.rowcount == 1
+
+    def order_rerun(self, run_id: str, key: str) -> None:
+        self.conn.execute("UPDATE stead_operations SET rerun = 1, updated_at = ? "
+                          "WHERE run_id = ? AND key = ? AND status = 'started'",
+                          (iso(self.now()), run_id, key))
+
+    def copy_operations(self, source_run_id: str, target_run_id: str, keys: Sequence[str]) -> None:
+        """Copy completed operations into another run (fork)."""
+        for key in keys:
+            self.conn.execute(
+                "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+                "input_hash, input, result, attempts, rerun, created_at, updated_at) "
+                "SELECT ?, key, position, kind, status, recovery, input_hash, input, result, "
+                "attempts, 0, created_at, updated_at FROM stead_operations "
+                "WHERE run_id = ? AND key = ? AND status = 'completed'",
+                (target_run_id, source_run_id, key))
+
+    # -- events ------------------------------------------------------------------------------
+
+    def append_event(self, run_id: str, type: str, data: JSON) -> Event:
+        now = self.now()
+        sequence = self.next_sequence
+        self.conn.execute(
+            "INSERT INTO stead_events (sequence, run_id, type, data, created_at) "
+            "VALUES (?, ?, ?, ?, ?)", (sequence, run_id, type, dumps(data), iso(now)))
+        self.next_sequence = sequence + 1
+        event = Event(sequence=sequence, run_id=run_id, type=type, data=data, created_at=now)
+        self.events.append(event)
+        return event
+
+    def events_after(self, run_id: str | None, after: int, limit: int) -> list[Event]:
+        if run_id is None:
+            rows = self.conn.execute(
+                "SELECT sequence, run_id, type, data, created_at FROM stead_events "
+                "WHERE sequence > ? ORDER BY sequence LIMIT ?", (after, limit)).fetchall()
+        else:
+            rows = self.conn.execute(
+                "SELECT sequence, run_id, type, data, created_at FROM stead_events "
+                "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+                (run_id, after, limit)).fetchall()
+        return [Event(sequence=r[0], run_id=r[1], type=r[2], data=loads(r[3]),
+                      created_at=datetime.fromisoformat(r[4])) for r in rows]
+
+    def last_sequence(self, run_id: str) -> int:
+        row = self.conn.execute("SELECT MAX(sequence) FROM stead_events WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return int(row[0] or 0)
+
+    # -- blobs and histories -----------------------------------------------------------------
+
+    def put_blob(self, body: str) -> str:
+        digest = digest_text(body)
+        self.conn.execute("INSERT OR IGNORE INTO stead_blobs (hash, body) VALUES (?, ?)",
+                          (digest, body))
+        return digest
+
+    def get_blob(self, digest: str) -> str:
+        row = self.conn.execute("SELECT body FROM stead_blobs WHERE hash = ?",
+                                (digest,)).fetchone()
+        if row is None:
+            raise LookupError(f"journal blob {digest} is missing")
+        return str(row[0])
+
+    def put_history(self, nodes: Sequence[tuple[str, str | None, str]]) -> None:
+        """Insert (hash, previous, message_blob) nodes; existing ones are kept."""
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO stead_history (hash, previous, message) VALUES (?, ?, ?)",
+            nodes)
+
+    def history(self, head: str | None, length: int) -> list[str]:
+        """The message blob bodies of a history, oldest first, verifying every link."""
+        if head is None or length == 0:
+            return []
+        rows = self.conn.execute(
+            "WITH RECURSIVE chain(hash, previous, message, depth) AS ("
+            " SELECT hash, previous, message, 1 FROM stead_history WHERE hash = ?"
+            " UNION ALL SELECT h.hash, h.previous, h.message, c.depth + 1"
+            " FROM stead_history AS h JOIN chain AS c ON h.hash = c.previous"
+            " WHERE c.depth < ?) "
+            "SELECT c.hash, c.previous, c.message, b.body FROM chain AS c "
+            "JOIN stead_blobs AS b ON b.hash = c.message ORDER BY c.depth DESC",
+            (head, length)).fetchall()
+        if len(rows) != length:
+            raise LookupError(f"journal history {head} should hold {length} messages, "
+                              f"found {len(rows)}")
+        bodies = []
+        for node, previous, message, body in rows:
+            if digest_text(f"{previous or ''}:{message}") != node or digest_text(body) != message:
+                raise LookupError(f"journal history node {node} does not match its content")
+            bodies.append(body)
+        return bodies
+
+    # -- meta --------------------------------------------------------------------------------
+
+    def database_bytes(self) -> int:
+        page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        return int(page_size * pages)
+
+
+def history_node(previous: str | None, message_digest: str) -> str:
+    return digest_text(f"{previous or ''}:{message_digest}")
+
+
+__all__ = ["SqliteTx", "history_node"]

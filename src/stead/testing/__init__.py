@@ -1,0 +1,12 @@
+"""Test doubles for stead users: scripted and function models, and event folding.
+
+Use them to test agents without a provider::
+
+    model = ScriptedModel([[stead.ToolCall(name="lookup", arguments={"id": 1})], "done"])
+"""
+
+from __future__ import annotations
+
+from ._models import FunctionModel, ScriptedModel, Turn
+
+__all__ = ["FunctionModel", "ScriptedModel", "Turn"]
