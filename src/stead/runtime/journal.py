@@ -22,6 +22,7 @@ from ..messages import Message, Usage, message_to_json
 from ..store.records import Operation, Recovery, Run
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx, history_node
+from . import boundaries
 from .control import Blocked
 
 __all__ = ["Conversation", "RunJournal", "write_messages"]
@@ -184,7 +185,12 @@ class RunJournal:
             self.created += 1
         if recovery != "safe":
             await intent  # the effect must not start before its intent is on disk
+        if boundaries.hook is not None:
+            await intent
+            boundaries.hook("intent_committed", key)
         result = await execute(attempt)
+        if boundaries.hook is not None:
+            boundaries.hook("effect_done", key)
         self._check_size(key, "result", result)
         done_data = completed(result)
         extra = on_result(result) if on_result is not None else None
@@ -198,7 +204,10 @@ class RunJournal:
                 extra(tx)
             tx.append_event(run_id, f"{kind}_completed", done_data)
 
-        self.write(finish, barrier=recovery != "safe")
+        written = self.write(finish, barrier=recovery != "safe")
+        if boundaries.hook is not None:
+            await written
+            boundaries.hook("result_committed", key)
         return result
 
     def _check_size(self, key: str, what: str, value: JSON) -> None:

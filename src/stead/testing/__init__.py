@@ -8,5 +8,6 @@ Use them to test agents without a provider::
 from __future__ import annotations
 
 from ._models import FunctionModel, ScriptedModel, Turn
+from .crash import crash_at, kill_self
 
-__all__ = ["FunctionModel", "ScriptedModel", "Turn"]
+__all__ = ["FunctionModel", "ScriptedModel", "Turn", "crash_at", "kill_self"]
