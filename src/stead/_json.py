@@ -15,8 +15,9 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 JSON = Any  # a value made of dict/list/str/int/float/bool/None
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True,
-                            allow_nan=False)
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+)
 
 
 class NotJSONError(TypeError):

@@ -38,8 +38,10 @@ class App:
         key = (agent.id, agent.version)
         existing = self._agents.get(key)
         if existing is not None and existing is not agent:
-            raise ValidationError(f"agent {agent.id!r} version {agent.version!r} is already "
-                                  "registered; give a changed agent a new version")
+            raise ValidationError(
+                f"agent {agent.id!r} version {agent.version!r} is already "
+                "registered; give a changed agent a new version"
+            )
         self._agents[key] = agent
         self._latest[agent.id] = agent.version
 
@@ -54,8 +56,10 @@ class App:
         found = self._agents.get((agent_id, version))
         if found is None:
             versions = sorted(v for (a, v) in self._agents if a == agent_id)
-            raise NotFoundError(f"agent {agent_id!r} version {version!r} is not registered "
-                                f"(registered versions: {', '.join(versions) or 'none'})")
+            raise NotFoundError(
+                f"agent {agent_id!r} version {version!r} is not registered "
+                f"(registered versions: {', '.join(versions) or 'none'})"
+            )
         return found
 
     def find(self, agent_id: str, version: str) -> Agent | None:
@@ -65,10 +69,17 @@ class App:
     def agents(self) -> list[Agent]:
         return list(self._agents.values())
 
-    async def open(self, store: SqliteStore, *, max_concurrent_runs: int = 4,
-                   resume: bool = True, limits: Limits | None = None) -> Runtime:
+    async def open(
+        self,
+        store: SqliteStore,
+        *,
+        max_concurrent_runs: int = 4,
+        resume: bool = True,
+        limits: Limits | None = None,
+    ) -> Runtime:
         """Open ``store``: take ownership, and (unless ``resume=False``) resume unfinished runs."""
         from .runtime.runtime import Runtime
 
-        return await Runtime.open(self, store, max_concurrent_runs=max_concurrent_runs,
-                                  resume=resume, limits=limits)
+        return await Runtime.open(
+            self, store, max_concurrent_runs=max_concurrent_runs, resume=resume, limits=limits
+        )

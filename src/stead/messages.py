@@ -19,8 +19,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "TextDelta",
-    "ToolCallDelta",
     "ToolCall",
+    "ToolCallDelta",
     "ToolResultMessage",
     "ToolSpec",
     "Usage",
@@ -161,8 +161,11 @@ class ToolSpec:
     parameters: Mapping[str, Any]
 
     def to_json(self) -> JSON:
-        return {"name": self.name, "description": self.description,
-                "parameters": dict(self.parameters)}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
 
 
 @dataclass(frozen=True, slots=True)

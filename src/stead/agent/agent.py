@@ -36,19 +36,26 @@ class Agent:
         if not callable(getattr(self.model, "complete", None)):
             raise ValidationError(
                 f"agent {self.id!r}: model {self.model!r} has no complete(request) method; pass "
-                "a stead Model (e.g. stead.testing.ScriptedModel or stead.models.openai.OpenAIModel)")
+                "a stead Model (e.g. stead.testing.ScriptedModel or "
+                "stead.models.openai.OpenAIModel)"
+            )
         if not isinstance(self.instructions, str):
             raise ValidationError(f"agent {self.id!r}: instructions must be a string")
-        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) \
-                or self.max_turns < 1:
-            raise ValidationError(f"agent {self.id!r}: max_turns must be a positive integer, "
-                                  f"got {self.max_turns!r}")
+        if (
+            isinstance(self.max_turns, bool)
+            or not isinstance(self.max_turns, int)
+            or self.max_turns < 1
+        ):
+            raise ValidationError(
+                f"agent {self.id!r}: max_turns must be a positive integer, got {self.max_turns!r}"
+            )
         tools = tuple(self.tools)
         seen: set[str] = set()
         for item in tools:
             if not isinstance(item, Tool):
-                raise ValidationError(f"agent {self.id!r}: {item!r} is not a tool; decorate it "
-                                      "with @stead.tool")
+                raise ValidationError(
+                    f"agent {self.id!r}: {item!r} is not a tool; decorate it with @stead.tool"
+                )
             if item.name in seen:
                 raise ValidationError(f"agent {self.id!r}: two tools are named {item.name!r}")
             seen.add(item.name)

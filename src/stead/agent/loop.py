@@ -9,12 +9,13 @@ function after a crash replays committed results and continues where the run sto
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import pydantic
 
-from .._json import JSON, NotJSONError, canonical, dumps, to_json
+from .._json import JSON, NotJSONError, canonical, digest_text, dumps, to_json
 from ..messages import (
     AssistantMessage,
     ModelRequest,
@@ -23,6 +24,8 @@ from ..messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    message_from_json,
+    message_to_json,
 )
 from ..models import model_id
 from ..runtime.control import Blocked, Failed, Stop
@@ -33,7 +36,7 @@ from .tools import ModelRetry, ToolContext
 
 __all__ = ["AgentOutcome", "run_agent_loop"]
 
-_EVENT_PREVIEW = 2000
+_EVENT_PREVIEW = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +48,9 @@ class AgentOutcome:
 async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> AgentOutcome:
     conversation = journal.conversation
     conversation.append(UserMessage(prompt))
-    context_body = canonical({"instructions": agent.instructions,
-                              "tools": [t.spec.to_json() for t in agent.tools]})
+    context_body = canonical(
+        {"instructions": agent.instructions, "tools": [t.spec.to_json() for t in agent.tools]}
+    )
     context_written = False
     tool_specs = tuple(t.spec for t in agent.tools)
     name = model_id(agent.model)
@@ -54,23 +58,37 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
     while True:
         turn += 1
         if turn > agent.max_turns:
-            raise Failed(f"max_turns ({agent.max_turns}) reached without a final answer; raise "
-                         "the agent's max_turns (as a new version) and retry()")
-        request = ModelRequest(messages=tuple(conversation.messages),
-                               instructions=agent.instructions, tools=tool_specs, turn=turn)
+            raise Failed(
+                f"max_turns ({agent.max_turns}) reached without a final answer; raise "
+                "the agent's max_turns (as a new version) and retry()"
+            )
+        request = ModelRequest(
+            messages=tuple(conversation.messages),
+            instructions=agent.instructions,
+            tools=tool_specs,
+            turn=turn,
+        )
         key = f"model:{turn}"
         pending = conversation.take_pending()
         write_context = not context_written
         context_written = True
 
-        def prepare(tx: SqliteTx, pending: Any = pending, write_context: bool = write_context
-                    ) -> None:
+        def prepare(
+            tx: SqliteTx, pending: Any = pending, write_context: bool = write_context
+        ) -> None:
             if write_context:
                 tx.put_blob(context_body)
             write_messages(tx, pending)
 
-        async def call_model(attempt: int, request: ModelRequest = request,
-                             key: str = key) -> JSON:
+        fresh: list[AssistantMessage] = []
+
+        async def call_model(
+            attempt: int,
+            request: ModelRequest = request,
+            key: str = key,
+            fresh: list[AssistantMessage] = fresh,
+            turn: int = turn,
+        ) -> JSON:
             try:
                 response = await agent.model.complete(request)
             except asyncio.CancelledError:
@@ -78,59 +96,99 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             except Stop:
                 raise
             except Exception as exc:
-                raise Failed(f"model call {key} failed: {type(exc).__name__}: {exc}",
-                             operation=key) from exc
+                raise Failed(
+                    f"model call {key} failed: {type(exc).__name__}: {exc}", operation=key
+                ) from exc
             if not isinstance(response, ModelResponse):
-                raise Failed(f"model {name!r} returned {type(response).__name__} at {key}, "
-                             "not a stead.ModelResponse", operation=key)
-            return response.to_json()
+                raise Failed(
+                    f"model {name!r} returned {type(response).__name__} at {key}, "
+                    "not a stead.ModelResponse",
+                    operation=key,
+                )
+            message = AssistantMessage(
+                text=response.text, tool_calls=_normalize_calls(response.tool_calls, turn)
+            )
+            fresh.append(message)
+            # The message itself is stored once, as a blob shared with the history chain.
+            return {
+                "message": digest_text(canonical(message_to_json(message))),
+                "usage": response.usage.to_json(),
+                "model": response.model,
+                "finish_reason": response.finish_reason,
+            }
 
-        def usage_write(result: JSON) -> Any:
-            total = (journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
-                     ).to_json()
-            return lambda tx: tx.update_run(journal.run.id, usage=total)
+        def result_writes(result: JSON, fresh: list[AssistantMessage] = fresh) -> Any:
+            body = canonical(message_to_json(fresh[-1]))
+            total = (
+                journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
+            ).to_json()
+
+            def write(tx: SqliteTx) -> None:
+                tx.put_blob(body)
+                tx.update_run(journal.run.id, usage=total)
+
+            return write
 
         result = await journal.operation(
-            key, "model", "safe",
-            {"model": name, "context": _digest(context_body),
-             "messages": conversation.reference(), "turn": turn},
+            key,
+            "model",
+            "safe",
+            {
+                "model": name,
+                "context": digest_text(context_body),
+                "messages": conversation.reference(),
+                "turn": turn,
+            },
             call_model,
-            started=lambda attempt, turn=turn, key=key: {"key": key, "turn": turn,
-                                                         "attempt": attempt},
-            completed=lambda result, key=key, turn=turn: _model_event(key, turn, result),
+            started=functools.partial(_model_started, key, turn),
+            completed=functools.partial(_model_event, key, turn, fresh),
             prepare=prepare,
-            on_result=usage_write,
+            on_result=result_writes,
         )
-        response = ModelResponse.from_json(result)
-        journal.usage = journal.usage + response.usage + Usage(requests=1)
-        calls = _normalize_calls(response.tool_calls, turn)
-        conversation.append(AssistantMessage(text=response.text, tool_calls=calls))
+        if fresh:
+            assistant = fresh[-1]
+        else:  # replayed: the runtime attached the stored message to the result
+            stored = message_from_json(result["stored_message"])
+            assert isinstance(stored, AssistantMessage)
+            assistant = stored
+        journal.usage = journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
+        calls = assistant.tool_calls
+        conversation.append(assistant)
         if not calls:
-            return AgentOutcome(output=response.text, usage=journal.usage)
+            return AgentOutcome(output=assistant.text, usage=journal.usage)
         outcomes = await asyncio.gather(
-            *(_call_tool(agent, journal, turn, call) for call in calls), return_exceptions=True)
+            *(_call_tool(agent, journal, turn, call) for call in calls), return_exceptions=True
+        )
         stop: BaseException | None = None
         for call, outcome in zip(calls, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 stop = stop if isinstance(stop, Blocked) else outcome
                 continue
-            conversation.append(ToolResultMessage(
-                call_id=call.id or "", name=call.name, content=_content(outcome["output"]),
-                is_error=bool(outcome["failed"])))
+            conversation.append(
+                ToolResultMessage(
+                    call_id=call.id or "",
+                    name=call.name,
+                    content=_content(outcome["output"]),
+                    is_error=bool(outcome["failed"]),
+                )
+            )
         if stop is not None:
             raise stop
 
 
-def _digest(body: str) -> str:
-    from .._json import digest_text
-
-    return digest_text(body)
+def _model_started(key: str, turn: int, attempt: int) -> JSON:
+    return {"key": key, "turn": turn, "attempt": attempt}
 
 
-def _model_event(key: str, turn: int, result: JSON) -> JSON:
-    return {"key": key, "turn": turn, "text": result["text"],
-            "tool_calls": [{"id": c["id"], "name": c["name"]} for c in result["tool_calls"]],
-            "usage": result["usage"]}
+def _model_event(key: str, turn: int, fresh: list[AssistantMessage], result: JSON) -> JSON:
+    message = fresh[-1]
+    return {
+        "key": key,
+        "turn": turn,
+        "text": message.text,
+        "tool_calls": [{"id": c.id, "name": c.name} for c in message.tool_calls],
+        "usage": result["usage"],
+    }
 
 
 def _normalize_calls(calls: tuple[ToolCall, ...], turn: int) -> tuple[ToolCall, ...]:
@@ -142,8 +200,11 @@ def _normalize_calls(calls: tuple[ToolCall, ...], turn: int) -> tuple[ToolCall, 
         while call_id in seen:
             call_id = f"{call_id}_{index}"
         seen.add(call_id)
-        normalized.append(call if call_id == call.id else
-                          ToolCall(name=call.name, arguments=call.arguments, id=call_id))
+        normalized.append(
+            call
+            if call_id == call.id
+            else ToolCall(name=call.name, arguments=call.arguments, id=call_id)
+        )
     return tuple(normalized)
 
 
@@ -160,12 +221,11 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
     key = f"tool:{turn}:{call_id}"
     run = journal.run
     tool = agent.tool(call.name)
+    bad_arguments: str | None = None
     try:
         arguments = to_json(dict(call.arguments))
     except NotJSONError as exc:
         arguments, bad_arguments = {}, str(exc)
-    else:
-        bad_arguments = None
     recovery = tool.recovery if tool is not None else "safe"
 
     async def execute(attempt: int) -> JSON:
@@ -177,10 +237,14 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         try:
             validated = tool.validate(arguments)
         except pydantic.ValidationError as exc:
-            return _failure(f"invalid arguments for tool {call.name!r}: "
-                            f"{_validation_message(exc)}")
-        context = ToolContext(run_id=run.id, session_id=run.session_id,
-                              operation_id=f"{run.id}/{key}", key=key, attempt=attempt)
+            return _failure(f"invalid arguments for tool {call.name!r}: {_validation_message(exc)}")
+        context = ToolContext(
+            run_id=run.id,
+            session_id=run.session_id,
+            operation_id=f"{run.id}/{key}",
+            key=key,
+            attempt=attempt,
+        )
         try:
             value = await tool.call(validated, context)
         except ModelRetry as exc:
@@ -196,18 +260,30 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                 f"tool {call.name!r} at {key} returned a value that is not JSON ({exc}); its "
                 "effect may have happened, so nothing was recorded. Make the tool return JSON "
                 f"values or pydantic models, then resolve({key!r}, output=...) or retry()",
-                operation=key) from exc
+                operation=key,
+            ) from exc
         return {"output": output, "failed": False, "error": None}
 
     return await journal.operation(
-        key, "tool", recovery,
+        key,
+        "tool",
+        recovery,
         {"tool": call.name, "call_id": call_id, "arguments": arguments},
         execute,
-        started=lambda attempt: {"key": key, "tool": call.name, "call_id": call_id,
-                                 "attempt": attempt, "operation_id": f"{run.id}/{key}"},
-        completed=lambda result: {"key": key, "tool": call.name, "call_id": call_id,
-                                  "failed": result["failed"],
-                                  "output": _preview(result["output"])},
+        started=lambda attempt: {
+            "key": key,
+            "tool": call.name,
+            "call_id": call_id,
+            "attempt": attempt,
+            "operation_id": f"{run.id}/{key}",
+        },
+        completed=lambda result: {
+            "key": key,
+            "tool": call.name,
+            "call_id": call_id,
+            "failed": result["failed"],
+            "output": _preview(result["output"]),
+        },
         describe=f" (tool {call.name!r})",
     )
 

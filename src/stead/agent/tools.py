@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class ModelRetry(Exception):  # noqa: N818 - the name users know from Pydantic AI
+class ModelRetry(Exception):
     """Raised by a tool to hand ``message`` to the model as the tool's (failed) result, so it
     can correct its call."""
 
@@ -53,20 +54,29 @@ class ToolContext:
 class Tool:
     """A registered tool. Build one with :func:`tool`."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
-                 description: str | None = None, recovery: Recovery = "manual") -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        recovery: Recovery = "manual",
+    ) -> None:
         if not callable(fn):
             raise ValidationError(f"a tool must wrap a function, got {fn!r}")
         if recovery not in RECOVERY_POLICIES:
-            raise ValidationError(f"tool {getattr(fn, '__name__', fn)!r}: recovery must be one of "
-                                  f"{', '.join(RECOVERY_POLICIES)}, not {recovery!r}")
+            raise ValidationError(
+                f"tool {getattr(fn, '__name__', fn)!r}: recovery must be one of "
+                f"{', '.join(RECOVERY_POLICIES)}, not {recovery!r}"
+            )
         tool_name = name if name is not None else getattr(fn, "__name__", "")
         if not isinstance(tool_name, str) or not tool_name.strip():
             raise ValidationError(f"tool {fn!r} needs a name: pass name=...")
         self.fn = fn
         self.name = tool_name
-        self.description = (description if description is not None
-                            else inspect.cleandoc(fn.__doc__ or "")).strip()
+        self.description = (
+            description if description is not None else inspect.cleandoc(fn.__doc__ or "")
+        ).strip()
         self.recovery: Recovery = recovery
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._arguments = _arguments_model(fn, tool_name)
@@ -101,7 +111,9 @@ class Tool:
         return await result if isinstance(result, Awaitable) else result
 
 
-def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[str | None, type[pydantic.BaseModel]]:
+def _arguments_model(
+    fn: Callable[..., Any], name: str
+) -> tuple[str | None, type[pydantic.BaseModel]]:
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:
@@ -110,32 +122,46 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[str | None, typ
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ValidationError(f"tool {name!r}: *args and **kwargs cannot be described to a "
-                                  "model; list the parameters")
+            raise ValidationError(
+                f"tool {name!r}: *args and **kwargs cannot be described to a "
+                "model; list the parameters"
+            )
         hint = hints.get(param.name)
-        if hint is ToolContext:
+        if hint is ToolContext or (
+            typing.get_origin(hint) in (typing.Union, types.UnionType)
+            and ToolContext in typing.get_args(hint)
+        ):
             context_param = param.name
             continue
         if hint is None:
-            raise ValidationError(f"tool {name!r}: parameter {param.name!r} needs a type hint "
-                                  "(it becomes the JSON schema the model sees)")
+            raise ValidationError(
+                f"tool {name!r}: parameter {param.name!r} needs a type hint "
+                "(it becomes the JSON schema the model sees)"
+            )
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (hint, default)
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
+    model = pydantic.create_model(
+        f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
     return context_param, model
 
 
 @overload
 def tool(fn: Callable[P, R], /) -> Tool: ...
 @overload
-def tool(*, name: str | None = None, description: str | None = None,
-         recovery: Recovery = "manual") -> Callable[[Callable[P, R]], Tool]: ...
+def tool(
+    *, name: str | None = None, description: str | None = None, recovery: Recovery = "manual"
+) -> Callable[[Callable[P, R]], Tool]: ...
 
 
-def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
-         description: str | None = None,
-         recovery: Recovery = "manual") -> Tool | Callable[[Callable[..., Any]], Tool]:
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    recovery: Recovery = "manual",
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool.
 
     ``recovery`` decides what happens when the process dies while the tool runs (DESIGN §3):
@@ -143,6 +169,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
     ``ToolContext.operation_id``, ``"manual"`` (the default) stops the run in
     ``needs_attention`` until a person resolves or retries it.
     """
+
     def wrap(function: Callable[..., Any]) -> Tool:
         return Tool(function, name=name, description=description, recovery=recovery)
 

@@ -30,8 +30,12 @@ def build_app(ledger: str) -> stead.App:
         """Refund an order through the payment provider (deduplicates on the idempotency key)."""
         await asyncio.sleep(0.3)
         with open(ledger, "a", encoding="utf-8") as f:  # the outside world: a payments ledger
-            f.write(json.dumps({"order_id": order_id, "amount": amount,
-                                "idempotency_key": ctx.operation_id}) + "\n")
+            f.write(
+                json.dumps(
+                    {"order_id": order_id, "amount": amount, "idempotency_key": ctx.operation_id}
+                )
+                + "\n"
+            )
             f.flush()
             os.fsync(f.fileno())
         return {"refund_id": f"re_{order_id}", "amount": amount}
@@ -40,29 +44,40 @@ def build_app(ledger: str) -> stead.App:
         await asyncio.sleep(0.4)  # a model takes its time
         return await scripted.complete(request)
 
-    scripted = ScriptedModel([
-        [stead.ToolCall(name="lookup_order", arguments={"order_id": "17"}, id="call_lookup")],
-        [stead.ToolCall(name="refund", arguments={"order_id": "17", "amount": 49.0},
-                        id="call_refund")],
-        "I've refunded the 49.00 for your broken teapot (order 17); it reaches your card in "
-        "3-5 days.",
-    ])
+    scripted = ScriptedModel(
+        [
+            [stead.ToolCall(name="lookup_order", arguments={"order_id": "17"}, id="call_lookup")],
+            [
+                stead.ToolCall(
+                    name="refund", arguments={"order_id": "17", "amount": 49.0}, id="call_refund"
+                )
+            ],
+            "I've refunded the 49.00 for your broken teapot (order 17); it reaches your card in "
+            "3-5 days.",
+        ]
+    )
     model = stead.testing.FunctionModel(slow, model_id="stead:demo-scripted")
-    agent = stead.Agent(id="support", version="1", model=model,
-                        instructions="You are a support agent. Look orders up before refunding.",
-                        tools=[lookup_order, refund], max_turns=8)
+    agent = stead.Agent(
+        id="support",
+        version="1",
+        model=model,
+        instructions="You are a support agent. Look orders up before refunding.",
+        tools=[lookup_order, refund],
+        max_turns=8,
+    )
     return stead.App(agents=[agent])
 
 
 async def main(db: str, ledger: str) -> None:
     app = build_app(ledger)
     async with await app.open(stead.SqliteStore(db)) as runtime:
-        run = await runtime.submit("support", session_id=SESSION, request_id=REQUEST,
-                                   prompt=PROMPT)
+        run = await runtime.submit("support", session_id=SESSION, request_id=REQUEST, prompt=PROMPT)
         print(json.dumps({"run_id": run.id}), flush=True)
         async for event in run.events():
-            print(json.dumps({"sequence": event.sequence, "type": event.type,
-                              "data": event.data}), flush=True)
+            print(
+                json.dumps({"sequence": event.sequence, "type": event.type, "data": event.data}),
+                flush=True,
+            )
         outcome = await run.result()
         print(json.dumps({"output": outcome.output}), flush=True)
 

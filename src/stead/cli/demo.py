@@ -20,8 +20,12 @@ console = Console(highlight=False)
 
 
 def _child(db: Path, ledger: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "stead.cli._demo_app", str(db), str(ledger)],
-                            stdout=subprocess.PIPE, text=True, bufsize=1)
+    return subprocess.Popen(
+        [sys.executable, "-m", "stead.cli._demo_app", str(db), str(ledger)],
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
 
 
 def _show(line: str) -> dict[str, object]:
@@ -35,40 +39,58 @@ def _show(line: str) -> dict[str, object]:
 
 
 @click.command()
-@click.option("--db", default="stead-demo.db", show_default=True, type=click.Path(dir_okay=False),
-              help="Where to write the demo's SQLite journal (replaced if it exists).")
-@click.option("--kill-at", default="model:3", show_default=True,
-              help="SIGKILL the run when this operation starts.")
+@click.option(
+    "--db",
+    default="stead-demo.db",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the demo's SQLite journal (replaced if it exists).",
+)
+@click.option(
+    "--kill-at",
+    default="model:3",
+    show_default=True,
+    help="SIGKILL the run when this operation starts.",
+)
 def demo(db: str, kill_at: str) -> None:
     """Crash an agent run with SIGKILL and resume it: the refund runs exactly once."""
     path = Path(db)
     ledger = path.with_name(path.name + ".payments.jsonl")
     for stale in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), ledger):
         stale.unlink(missing_ok=True)
-    console.print(Panel.fit(
-        "A support agent looks up order 17, refunds it through a payments API (an "
-        "[bold]idempotent[/] tool), then writes its answer.\nThe process is killed with "
-        f"[bold red]SIGKILL[/] when [bold]{kill_at}[/] starts, then a new process resumes the "
-        "run from the journal.", title="stead demo", border_style="cyan"))
+    console.print(
+        Panel.fit(
+            "A support agent looks up order 17, refunds it through a payments API (an "
+            "[bold]idempotent[/] tool), then writes its answer.\nThe process is killed with "
+            f"[bold red]SIGKILL[/] when [bold]{kill_at}[/] starts, then a new process resumes the "
+            "run from the journal.",
+            title="stead demo",
+            border_style="cyan",
+        )
+    )
 
-    console.print("\n[bold]1. first process[/] (offline scripted model, journal "
-                  f"[cyan]{path}[/])")
+    console.print(f"\n[bold]1. first process[/] (offline scripted model, journal [cyan]{path}[/])")
     child = _child(path, ledger)
     assert child.stdout is not None
     killed = False
     for line in child.stdout:
         record = _show(line)
         data = record.get("data")
-        if record.get("type") == "model_started" and isinstance(data, dict) \
-                and data.get("key") == kill_at:
+        if (
+            record.get("type") == "model_started"
+            and isinstance(data, dict)
+            and data.get("key") == kill_at
+        ):
             os.kill(child.pid, signal.SIGKILL)
             killed = True
             break
     child.wait()
     if not killed:
         raise click.ClickException(f"the run never reached {kill_at}; nothing was killed")
-    console.print(f"  [bold red]✗ process {child.pid} killed with SIGKILL[/] "
-                  f"(exit status {child.returncode}) while {kill_at} was in progress\n")
+    console.print(
+        f"  [bold red]✗ process {child.pid} killed with SIGKILL[/] "
+        f"(exit status {child.returncode}) while {kill_at} was in progress\n"
+    )
 
     console.print("[bold]2. second process[/]: opens the same file and resumes")
     child = _child(path, ledger)
@@ -84,8 +106,9 @@ def demo(db: str, kill_at: str) -> None:
 
     reader = open_reader(path)
     try:
-        run = reader.list_runs(session_id=None, agent_id=None, statuses=None,
-                               before_number=None, limit=1)[0]
+        run = reader.list_runs(
+            session_id=None, agent_id=None, statuses=None, before_number=None, limit=1
+        )[0]
         operations = reader.operations(run.id)
         events = reader.events_after(run.id, 0, 10_000)
     finally:
@@ -96,18 +119,25 @@ def demo(db: str, kill_at: str) -> None:
 
     refunds = [json.loads(x) for x in ledger.read_text().splitlines() if x.strip()]
     model3 = next((op for op in operations if op.key == kill_at), None)
-    verdict = "[bold green]exactly once[/]" if len(refunds) == 1 else \
-        f"[bold red]{len(refunds)} times[/]"
-    console.print(Panel.fit(
-        f"payments ledger {ledger}: the refund ran {verdict}"
-        + (f" (idempotency key {refunds[0]['idempotency_key']})" if refunds else "")
-        + f"\n{kill_at} was attempted {model3.attempts if model3 else '?'} times: the interrupted "
-        "model call was sent again; committed tool results were replayed, not re-run.",
-        title="result", border_style="green" if len(refunds) == 1 else "red"))
+    verdict = (
+        "[bold green]exactly once[/]" if len(refunds) == 1 else f"[bold red]{len(refunds)} times[/]"
+    )
+    console.print(
+        Panel.fit(
+            f"payments ledger {ledger}: the refund ran {verdict}"
+            + (f" (idempotency key {refunds[0]['idempotency_key']})" if refunds else "")
+            + f"\n{kill_at} was attempted {model3.attempts if model3 else '?'} times: "
+            "the interrupted "
+            "model call was sent again; committed tool results were replayed, not re-run.",
+            title="result",
+            border_style="green" if len(refunds) == 1 else "red",
+        )
+    )
     console.print(
         "Look further:\n"
         f"  stead runs list --db {path}\n"
         f"  stead runs show {run.id} --db {path}\n"
-        f"  stead runs events {run.id} --db {path}")
+        f"  stead runs events {run.id} --db {path}"
+    )
     if len(refunds) != 1:
         raise SystemExit(1)

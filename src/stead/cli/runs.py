@@ -17,8 +17,13 @@ from ..store.sqlite_tx import SqliteTx
 
 console = Console(highlight=False)
 
-db_option = click.option("--db", "db", default="stead-demo.db", show_default=True,
-                         help="Path of the stead SQLite database.")
+db_option = click.option(
+    "--db",
+    "db",
+    default="stead-demo.db",
+    show_default=True,
+    help="Path of the stead SQLite database.",
+)
 
 
 @contextmanager
@@ -51,23 +56,40 @@ def runs() -> None:
 def list_runs(db: str, session: str | None, status: str | None, limit: int) -> None:
     """List runs, newest first."""
     with _reader(db) as tx:
-        found = tx.list_runs(session_id=session, agent_id=None,
-                             statuses=[status] if status else None, before_number=None,
-                             limit=limit)
+        found = tx.list_runs(
+            session_id=session,
+            agent_id=None,
+            statuses=[status] if status else None,
+            before_number=None,
+            limit=limit,
+        )
     table = Table("run", "agent", "session", "request", "status", "created")
     for run in found:
-        table.add_row(run.id, f"{run.agent_id}@{run.version}", run.session_id, run.request_id,
-                      run.status.value, run.created_at.strftime("%Y-%m-%d %H:%M:%S"))
+        table.add_row(
+            run.id,
+            f"{run.agent_id}@{run.version}",
+            run.session_id,
+            run.request_id,
+            run.status.value,
+            run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
     console.print(table if found else "no runs")
 
 
 def operations_table(operations: list[Operation]) -> Table:
-    table = Table("operation", "kind", "recovery", "status", "attempts", "result",
-                  title="operations")
+    table = Table(
+        "operation", "kind", "recovery", "status", "attempts", "result", title="operations"
+    )
     for op in operations:
-        result = "" if op.result is None else _short(
-            op.result.get("text") or op.result.get("tool_calls")
-            if op.kind == "model" else op.result.get("output"))
+        result = (
+            ""
+            if op.result is None
+            else _short(
+                op.result.get("text") or op.result.get("tool_calls")
+                if op.kind == "model"
+                else op.result.get("output")
+            )
+        )
         table.add_row(op.key, op.kind, op.recovery, op.status, str(op.attempts), result)
     return table
 
@@ -97,14 +119,21 @@ def describe(event: Event) -> str:
 def events_table(events: list[Event]) -> Table:
     table = Table("seq", "time", "event", "detail", title="events")
     for event in events:
-        table.add_row(str(event.sequence), event.created_at.strftime("%H:%M:%S.%f")[:-3],
-                      event.type, describe(event))
+        table.add_row(
+            str(event.sequence),
+            event.created_at.strftime("%H:%M:%S.%f")[:-3],
+            event.type,
+            describe(event),
+        )
     return table
 
 
 def run_summary(run: Run) -> str:
-    lines = [f"[bold]{run.id}[/]  {run.agent_id}@{run.version}  session {run.session_id}  "
-             f"request {run.request_id}", f"status: [bold]{run.status.value}[/]"]
+    lines = [
+        f"[bold]{run.id}[/]  {run.agent_id}@{run.version}  session {run.session_id}  "
+        f"request {run.request_id}",
+        f"status: [bold]{run.status.value}[/]",
+    ]
     if run.error:
         lines.append(f"reason: {run.error.get('reason')}")
     if run.outcome:
@@ -115,8 +144,9 @@ def run_summary(run: Run) -> str:
 def _find(tx: SqliteTx, run_id: str) -> Run:
     run = tx.get_run(run_id)
     if run is None:
-        raise click.ClickException(f"no run {run_id!r} in this database; `stead runs list` "
-                                   "shows the runs it holds")
+        raise click.ClickException(
+            f"no run {run_id!r} in this database; `stead runs list` shows the runs it holds"
+        )
     return run
 
 
@@ -135,8 +165,13 @@ def show(run_id: str, db: str) -> None:
 @runs.command("events")
 @click.argument("run_id")
 @db_option
-@click.option("--after", default=0, show_default=True, type=click.IntRange(0),
-              help="Only events after this sequence.")
+@click.option(
+    "--after",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Only events after this sequence.",
+)
 def events(run_id: str, db: str, after: int) -> None:
     """Show a run's events."""
     with _reader(db) as tx:

@@ -4,7 +4,7 @@ caught by the runtime, never seen by users."""
 from __future__ import annotations
 
 
-class Stop(Exception):  # noqa: N818 - control flow, not an error
+class Stop(Exception):
     """End this execution and record why."""
 
     def __init__(self, reason: str, *, operation: str | None = None) -> None:

@@ -77,8 +77,14 @@ def write_messages(tx: SqliteTx, pending: list[tuple[str, str, str | None, str]]
 class RunJournal:
     """The durable operations of one execution of one run."""
 
-    def __init__(self, store: SqliteStore, run: Run, operations: list[Operation],
-                 max_payload_bytes: int, max_operations: int | None = None) -> None:
+    def __init__(
+        self,
+        store: SqliteStore,
+        run: Run,
+        operations: list[Operation],
+        max_payload_bytes: int,
+        max_operations: int | None = None,
+    ) -> None:
         self.store = store
         self.run = run
         self.operations = {op.key: op for op in operations}
@@ -124,15 +130,19 @@ class RunJournal:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
         ``execute(attempt)`` does the work. ``started``/``completed`` build the data of the
-        ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the result
-        is new, returns extra writes for the result's transaction (such as the run's usage); ``prepare`` adds writes before the intent (such as
-        the messages the input refers to).
+        ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the
+        result is new, returns extra writes for the result's transaction (such as the run's
+        usage); ``prepare`` adds writes before the intent (such as the messages the input
+        refers to).
         """
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
         if key in self._keys:
-            raise Blocked(f"operation key {key} was used twice in one execution of run "
-                          f"{run_id}; give each operation its own key", operation=key)
+            raise Blocked(
+                f"operation key {key} was used twice in one execution of run "
+                f"{run_id}; give each operation its own key",
+                operation=key,
+            )
         self._keys.add(key)
         op = self.operations.get(key)
         if op is not None:
@@ -141,7 +151,8 @@ class RunJournal:
                     f"definition changed at a saved checkpoint: {key}. The journal holds a "
                     f"different {op.kind} input for this key than today's code builds; restore "
                     "the code the run was recorded with, or fork the run before this operation",
-                    operation=key)
+                    operation=key,
+                )
             if op.status == "completed":
                 return op.result
             if op.recovery == "manual" and not op.rerun:
@@ -150,7 +161,8 @@ class RunJournal:
                     f"'manual': whether it took effect is unknown (operation id "
                     f"{op.operation_id}). Check the outside world, then resolve({key!r}, "
                     "output=...) with what it did, or retry() to run it again",
-                    operation=key)
+                    operation=key,
+                )
             attempt = op.attempts + 1
             recovery = op.recovery  # the policy saved with the intent wins
             restart_data = started(attempt)
@@ -165,10 +177,12 @@ class RunJournal:
         else:
             attempt = 1
             if self.max_operations is not None and self.created >= self.max_operations:
-                raise Blocked(f"limit max_operations_per_run hit at {key}: run {run_id} already "
-                              f"has {self.created} operations (limit "
-                              f"{self.max_operations}); raise the limit, then retry()",
-                              operation=key)
+                raise Blocked(
+                    f"limit max_operations_per_run hit at {key}: run {run_id} already "
+                    f"has {self.created} operations (limit "
+                    f"{self.max_operations}); raise the limit, then retry()",
+                    operation=key,
+                )
             position = self.position
             self.position += 1
             self._check_size(key, "input", input)
@@ -177,8 +191,15 @@ class RunJournal:
             def start(tx: SqliteTx) -> None:
                 if prepare is not None:
                     prepare(tx)
-                tx.start_operation(run_id=run_id, key=key, position=position, kind=kind,
-                                   recovery=recovery, input_hash=input_hash, input=input)
+                tx.start_operation(
+                    run_id=run_id,
+                    key=key,
+                    position=position,
+                    kind=kind,
+                    recovery=recovery,
+                    input_hash=input_hash,
+                    input=input,
+                )
                 tx.append_event(run_id, f"{kind}_started", start_data)
 
             intent = self.write(start, barrier=recovery != "safe")
@@ -197,9 +218,11 @@ class RunJournal:
 
         def finish(tx: SqliteTx) -> None:
             if not tx.complete_operation(run_id, key, result):
-                raise StorageError(f"operation {key} of run {run_id} was not in progress when "
-                                   "its result was written; the journal was changed under this "
-                                   "runtime")
+                raise StorageError(
+                    f"operation {key} of run {run_id} was not in progress when "
+                    "its result was written; the journal was changed under this "
+                    "runtime"
+                )
             if extra is not None:
                 extra(tx)
             tx.append_event(run_id, f"{kind}_completed", done_data)
@@ -213,8 +236,9 @@ class RunJournal:
     def _check_size(self, key: str, what: str, value: JSON) -> None:
         size = len(dumps(value).encode())
         if size > self.max_payload_bytes:
-            raise Blocked(f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes "
-                          f"(limit {self.max_payload_bytes}); raise the limit or make the "
-                          "operation return less, then retry()", operation=key)
-
-
+            raise Blocked(
+                f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes "
+                f"(limit {self.max_payload_bytes}); raise the limit or make the "
+                "operation return less, then retry()",
+                operation=key,
+            )

@@ -9,6 +9,8 @@ process continues them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,7 +28,7 @@ from ..errors import (
     StorageError,
     ValidationError,
 )
-from ..messages import Usage, UserMessage, message_from_json
+from ..messages import Usage, message_from_json
 from ..store.records import RUNNABLE_STATUSES, Event, Operation, Run, RunStatus
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
@@ -73,16 +75,27 @@ def _require_id(name: str, value: object) -> str:
 class Runtime:
     """One opened owner of a store. Create it with :meth:`App.open`."""
 
-    def __init__(self, app: App, store: SqliteStore, *, max_concurrent_runs: int,
-                 limits: Limits | None,
-                 on_fatal_error: Callable[[StorageError], None] | None = None) -> None:
-        if isinstance(max_concurrent_runs, bool) or not isinstance(max_concurrent_runs, int) \
-                or max_concurrent_runs < 1:
-            raise ValidationError(f"max_concurrent_runs must be a positive integer, got "
-                                  f"{max_concurrent_runs!r}")
+    def __init__(
+        self,
+        app: App,
+        store: SqliteStore,
+        *,
+        max_concurrent_runs: int,
+        limits: Limits | None,
+        on_fatal_error: Callable[[StorageError], None] | None = None,
+    ) -> None:
+        if (
+            isinstance(max_concurrent_runs, bool)
+            or not isinstance(max_concurrent_runs, int)
+            or max_concurrent_runs < 1
+        ):
+            raise ValidationError(
+                f"max_concurrent_runs must be a positive integer, got {max_concurrent_runs!r}"
+            )
         if not isinstance(store, SqliteStore):
-            raise ValidationError(f"App.open needs a stead store such as "
-                                  f"stead.SqliteStore(path), got {store!r}")
+            raise ValidationError(
+                f"App.open needs a stead store such as stead.SqliteStore(path), got {store!r}"
+            )
         self.app = app
         self.store = store
         self.max_concurrent_runs = max_concurrent_runs
@@ -98,11 +111,23 @@ class Runtime:
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
 
     @classmethod
-    async def open(cls, app: App, store: SqliteStore, *, max_concurrent_runs: int = 4,
-                   resume: bool = True, limits: Limits | None = None,
-                   on_fatal_error: Callable[[StorageError], None] | None = None) -> Runtime:
-        runtime = cls(app, store, max_concurrent_runs=max_concurrent_runs, limits=limits,
-                      on_fatal_error=on_fatal_error)
+    async def open(
+        cls,
+        app: App,
+        store: SqliteStore,
+        *,
+        max_concurrent_runs: int = 4,
+        resume: bool = True,
+        limits: Limits | None = None,
+        on_fatal_error: Callable[[StorageError], None] | None = None,
+    ) -> Runtime:
+        runtime = cls(
+            app,
+            store,
+            max_concurrent_runs=max_concurrent_runs,
+            limits=limits,
+            on_fatal_error=on_fatal_error,
+        )
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(store.acquire, loop, runtime._on_commit, runtime._on_storage_failed)
         if resume:
@@ -112,8 +137,12 @@ class Runtime:
     async def __aenter__(self) -> Runtime:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     def __repr__(self) -> str:
@@ -145,18 +174,24 @@ class Runtime:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 if not waiter.done():
-                    waiter.set_exception(SteadError("the runtime was closed while waiting for "
-                                                    "the run; reopen it to continue waiting"))
+                    waiter.set_exception(
+                        SteadError(
+                            "the runtime was closed while waiting for "
+                            "the run; reopen it to continue waiting"
+                        )
+                    )
         for queues in self._subscribers.values():
             for queue in queues:
                 queue.put_nowait(_CLOSED)
 
     def health(self) -> dict[str, Any]:
         """Liveness without touching the database."""
-        return {"ok": self._fatal is None and not self._closed,
-                "closed": self._closed,
-                "storage_error": str(self._fatal) if self._fatal else None,
-                "active_runs": len(self._active)}
+        return {
+            "ok": self._fatal is None and not self._closed,
+            "closed": self._closed,
+            "storage_error": str(self._fatal) if self._fatal else None,
+            "active_runs": len(self._active),
+        }
 
     def _check(self) -> None:
         if self._fatal is not None:
@@ -166,8 +201,16 @@ class Runtime:
 
     # -- submission --------------------------------------------------------------------------
 
-    async def submit(self, agent_id: str, *, session_id: str, request_id: str, prompt: str,
-                     enqueue: bool = False, version: str | None = None) -> RunHandle:
+    async def submit(
+        self,
+        agent_id: str,
+        *,
+        session_id: str,
+        request_id: str,
+        prompt: str,
+        enqueue: bool = False,
+        version: str | None = None,
+    ) -> RunHandle:
         """Submit a run of an agent. ``(session_id, request_id)`` is the idempotency key: the
         identical submission returns the original run, a different one raises
         :class:`ConflictError`. A session runs one run at a time: a busy session raises
@@ -182,9 +225,11 @@ class Runtime:
         payload = {"prompt": prompt}
         size = len(dumps(payload).encode())
         if size > self.limits.max_payload_bytes:
-            raise LimitError(f"the prompt of request {request_id!r} is {size} bytes, over "
-                             f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
-                             "raise the limit with stead.Limits(max_payload_bytes=...)")
+            raise LimitError(
+                f"the prompt of request {request_id!r} is {size} bytes, over "
+                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
+                "raise the limit with stead.Limits(max_payload_bytes=...)"
+            )
         submission = digest({"kind": "agent", "agent_id": agent_id, "input": payload})
         max_pending = self.limits.max_pending_runs
         from .._ids import new_id
@@ -200,24 +245,44 @@ class Runtime:
                 raise ConflictError(
                     f"request {request_id!r} of session {session_id!r} already belongs to run "
                     f"{existing.id} with a different submission; use a new request_id for new "
-                    "work")
+                    "work"
+                )
             busy = tx.unfinished_in_session(session_id)
             if busy is not None and not enqueue:
                 raise ConflictError(
                     f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "
-                    "wait for it, or pass enqueue=True to queue this run behind it")
+                    "wait for it, or pass enqueue=True to queue this run behind it"
+                )
             if max_pending is not None:
                 pending = tx.count_runs([s.value for s in RunStatus if not s.terminal])
                 if pending >= max_pending:
-                    raise LimitError(f"max_pending_runs ({max_pending}) reached; request "
-                                     f"{request_id!r} was not accepted, try again later")
+                    raise LimitError(
+                        f"max_pending_runs ({max_pending}) reached; request "
+                        f"{request_id!r} was not accepted, try again later"
+                    )
             status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
-            tx.insert_run(run_id=run_id, session_id=session_id, request_id=request_id,
-                          kind="agent", target=agent_id, version=agent.version, status=status,
-                          input=payload, submission_digest=submission)
-            tx.append_event(run_id, "submitted", {
-                "agent_id": agent_id, "version": agent.version, "session_id": session_id,
-                "request_id": request_id, "status": status.value})
+            tx.insert_run(
+                run_id=run_id,
+                session_id=session_id,
+                request_id=request_id,
+                kind="agent",
+                target=agent_id,
+                version=agent.version,
+                status=status,
+                input=payload,
+                submission_digest=submission,
+            )
+            tx.append_event(
+                run_id,
+                "submitted",
+                {
+                    "agent_id": agent_id,
+                    "version": agent.version,
+                    "session_id": session_id,
+                    "request_id": request_id,
+                    "status": status.value,
+                },
+            )
             return run_id
 
         result_id = await self.store.submit(job, barrier=True)
@@ -229,9 +294,15 @@ class Runtime:
         self._check()
         return RunHandle(self, _require_id("run_id", run_id))
 
-    async def list_runs(self, *, session_id: str | None = None, agent_id: str | None = None,
-                        status: str | RunStatus | list[str] | None = None,
-                        after: str | None = None, limit: int = 50) -> RunPage:
+    async def list_runs(
+        self,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        status: str | RunStatus | list[str] | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
         """Runs, newest first, filtered; pass ``page.next_cursor`` as ``after`` for more."""
         self._check()
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -242,17 +313,25 @@ class Runtime:
             try:
                 statuses = [RunStatus(s).value for s in raw]
             except ValueError:
-                raise ValidationError(f"unknown status in {raw!r}; statuses are "
-                                      f"{', '.join(s.value for s in RunStatus)}") from None
+                raise ValidationError(
+                    f"unknown status in {raw!r}; statuses are "
+                    f"{', '.join(s.value for s in RunStatus)}"
+                ) from None
         before: int | None = None
         if after is not None:
             if not isinstance(after, str) or not after.isdigit():
-                raise ValidationError(f"after must be a cursor from a previous page, got "
-                                      f"{after!r}")
+                raise ValidationError(f"after must be a cursor from a previous page, got {after!r}")
             before = int(after)
-        runs = await self.store.submit(lambda tx: tx.list_runs(
-            session_id=session_id, agent_id=agent_id, statuses=statuses, before_number=before,
-            limit=limit + 1), read_only=True)
+        runs = await self.store.submit(
+            lambda tx: tx.list_runs(
+                session_id=session_id,
+                agent_id=agent_id,
+                statuses=statuses,
+                before_number=before,
+                limit=limit + 1,
+            ),
+            read_only=True,
+        )
         more = len(runs) > limit
         runs = runs[:limit]
         return RunPage(runs=runs, next_cursor=str(runs[-1].number) if more else None)
@@ -270,8 +349,10 @@ class Runtime:
                 continue
             active = set(self._active)
             try:
-                runs = await self.store.submit(lambda tx: tx.runnable(free, active),
-                                               read_only=True)
+                runs = await self.store.submit(
+                    functools.partial(SqliteTx.runnable, limit=free, exclude=active),
+                    read_only=True,
+                )
             except StorageError:
                 return
             for run in runs:
@@ -297,8 +378,10 @@ class Runtime:
             return
         agent = self.app.find(run.agent_id, run.version)
         if agent is None:
-            reason = (f"agent {run.agent_id!r} version {run.version!r} is not registered in "
-                      "this runtime; register that version (App.register) and retry() the run")
+            reason = (
+                f"agent {run.agent_id!r} version {run.version!r} is not registered in "
+                "this runtime; register that version (App.register) and retry() the run"
+            )
             await self._stop(run_id, RunStatus.NEEDS_ATTENTION, reason, None)
             return
 
@@ -318,18 +401,27 @@ class Runtime:
                     head, length = None, 0
                 fields["history_head"], fields["history_length"] = head, length
             tx.update_run(run_id, **fields)
-            tx.append_event(run_id, "status", {"status": "running",
-                                               "resumed": current.status == RunStatus.RUNNING})
+            tx.append_event(
+                run_id,
+                "status",
+                {"status": "running", "resumed": current.status == RunStatus.RUNNING},
+            )
             refreshed = tx.get_run(run_id)
             assert refreshed is not None
-            return refreshed, tx.operations(run_id), tx.history(head, length or 0)
+            operations = [_attach_message(tx, op) for op in tx.operations(run_id)]
+            return refreshed, operations, tx.history(head, length or 0)
 
         begun = await self.store.submit(begin)
         if begun is None:
             return
         run, operations, history = begun
-        journal = RunJournal(self.store, run, operations, self.limits.max_payload_bytes,
-                             self.limits.max_operations_per_run)
+        journal = RunJournal(
+            self.store,
+            run,
+            operations,
+            self.limits.max_payload_bytes,
+            self.limits.max_operations_per_run,
+        )
         for body in history:
             journal.conversation.append(message_from_json(loads(body)), stored=True)
         history_length = len(history)
@@ -343,30 +435,43 @@ class Runtime:
             return
         conversation = journal.conversation
         pending = conversation.take_pending()
-        result = {"output": outcome.output, "messages": conversation.reference(),
-                  "history_length": history_length, "usage": outcome.usage.to_json()}
+        result = {
+            "output": outcome.output,
+            "messages": conversation.reference(),
+            "history_length": history_length,
+            "usage": outcome.usage.to_json(),
+        }
 
         def complete(tx: SqliteTx) -> None:
             current = tx.get_run(run_id)
             if current is None or current.status != RunStatus.RUNNING:
                 return  # cancelled meanwhile
             write_messages(tx, pending)
-            tx.update_run(run_id, status=RunStatus.COMPLETED, outcome=result,
-                          finished_at=tx.now(), usage=outcome.usage.to_json())
+            tx.update_run(
+                run_id,
+                status=RunStatus.COMPLETED,
+                outcome=result,
+                finished_at=tx.now(),
+                usage=outcome.usage.to_json(),
+            )
             tx.append_event(run_id, "status", {"status": "completed"})
 
         await self.store.submit(complete, barrier=True)
 
-    async def _stop(self, run_id: str, status: RunStatus, reason: str,
-                    operation: str | None) -> None:
+    async def _stop(
+        self, run_id: str, status: RunStatus, reason: str, operation: str | None
+    ) -> None:
         def job(tx: SqliteTx) -> None:
             current = tx.get_run(run_id)
             if current is None or current.status.terminal:
                 return
-            tx.update_run(run_id, status=status, error={"reason": reason, "operation": operation},
-                          blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION
-                          else None,
-                          finished_at=tx.now() if status.terminal else None)
+            tx.update_run(
+                run_id,
+                status=status,
+                error={"reason": reason, "operation": operation},
+                blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
+                finished_at=tx.now() if status.terminal else None,
+            )
             data: dict[str, JSON] = {"status": status.value, "reason": reason}
             if operation is not None:
                 data["operation"] = operation
@@ -437,10 +542,15 @@ class Runtime:
         outcome = run.outcome or {}
         reference = outcome["messages"]
         bodies = await self.store.submit(
-            lambda tx: tx.history(reference["head"], reference["length"]), read_only=True)
-        messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"]:]]
-        return RunOutcome(run_id=run.id, output=outcome["output"], messages=messages,
-                          usage=Usage.from_json(outcome.get("usage")))
+            lambda tx: tx.history(reference["head"], reference["length"]), read_only=True
+        )
+        messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"] :]]
+        return RunOutcome(
+            run_id=run.id,
+            output=outcome["output"],
+            messages=messages,
+            usage=Usage.from_json(outcome.get("usage")),
+        )
 
     async def _events(self, run_id: str, after: int) -> AsyncIterator[Event]:
         self._check()
@@ -453,7 +563,8 @@ class Runtime:
             cursor = after
             while True:
                 page = await self.store.submit(
-                    lambda tx, c=cursor: tx.events_after(run_id, c, _EVENT_PAGE), read_only=True)
+                    functools.partial(_events_page, run_id=run_id, after=cursor), read_only=True
+                )
                 for event in page:
                     cursor = event.sequence
                     yield event
@@ -489,8 +600,9 @@ class Runtime:
             run = tx.get_run(run_id)
             if run is None:
                 return None
-            return Snapshot(run=run, operations=tx.operations(run_id),
-                            cursor=tx.last_sequence(run_id))
+            return Snapshot(
+                run=run, operations=tx.operations(run_id), cursor=tx.last_sequence(run_id)
+            )
 
         snapshot = await self.store.submit(read, read_only=True)
         if snapshot is None:
@@ -503,13 +615,16 @@ class Runtime:
         try:
             value = to_json(output)
         except NotJSONError as exc:
-            raise ValidationError(f"resolve({key!r}) of run {run_id}: output must be JSON "
-                                  f"({exc})") from None
+            raise ValidationError(
+                f"resolve({key!r}) of run {run_id}: output must be JSON ({exc})"
+            ) from None
         result = {"output": value, "failed": False, "error": None, "resolved": True}
         size = len(dumps(result).encode())
         if size > self.limits.max_payload_bytes:
-            raise LimitError(f"resolve({key!r}) of run {run_id}: output is {size} bytes, over "
-                             f"max_payload_bytes ({self.limits.max_payload_bytes})")
+            raise LimitError(
+                f"resolve({key!r}) of run {run_id}: output is {size} bytes, over "
+                f"max_payload_bytes ({self.limits.max_payload_bytes})"
+            )
 
         def job(tx: SqliteTx) -> None:
             run = tx.get_run(run_id)
@@ -517,24 +632,39 @@ class Runtime:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
             op = tx.get_operation(run_id, key)
             if op is None:
-                raise NotFoundError(f"run {run_id} has no operation {key!r}; snapshot() lists "
-                                    "its operations")
+                raise NotFoundError(
+                    f"run {run_id} has no operation {key!r}; snapshot() lists its operations"
+                )
             if op.status == "completed":
                 if op.result == result:
                     return  # the same resolution again
-                raise ConflictError(f"operation {key!r} of run {run_id} already has a result; "
-                                    "a committed result is never replaced")
+                raise ConflictError(
+                    f"operation {key!r} of run {run_id} already has a result; "
+                    "a committed result is never replaced"
+                )
             if run.status != RunStatus.NEEDS_ATTENTION or run.blocked_operation != key:
                 raise ConflictError(
                     f"run {run_id} is {run.status.value}, not blocked on {key!r}"
-                    + (f" (it is blocked on {run.blocked_operation!r})"
-                       if run.blocked_operation else "")
-                    + "; only the operation a needs_attention run names can be resolved")
+                    + (
+                        f" (it is blocked on {run.blocked_operation!r})"
+                        if run.blocked_operation
+                        else ""
+                    )
+                    + "; only the operation a needs_attention run names can be resolved"
+                )
             tx.complete_operation(run_id, key, result)
-            tx.append_event(run_id, f"{op.kind}_completed", {
-                "key": key, "tool": op.input.get("tool") if isinstance(op.input, dict) else None,
-                "call_id": op.input.get("call_id") if isinstance(op.input, dict) else None,
-                "failed": False, "output": value, "resolved": True})
+            tx.append_event(
+                run_id,
+                f"{op.kind}_completed",
+                {
+                    "key": key,
+                    "tool": op.input.get("tool") if isinstance(op.input, dict) else None,
+                    "call_id": op.input.get("call_id") if isinstance(op.input, dict) else None,
+                    "failed": False,
+                    "output": value,
+                    "resolved": True,
+                },
+            )
             tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None)
             tx.append_event(run_id, "status", {"status": "pending", "resolved": key})
 
@@ -549,21 +679,32 @@ class Runtime:
             if run is None:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
             if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
-                raise ConflictError(f"run {run_id} is {run.status.value}; only failed and "
-                                    "needs_attention runs can be retried")
+                raise ConflictError(
+                    f"run {run_id} is {run.status.value}; only failed and "
+                    "needs_attention runs can be retried"
+                )
             later = tx.later_started(run)
             if later is not None:
-                raise ConflictError(f"session {run.session_id!r} has moved on: run {later.id} "
-                                    f"started after {run_id}; submit a new request instead")
+                raise ConflictError(
+                    f"session {run.session_id!r} has moved on: run {later.id} "
+                    f"started after {run_id}; submit a new request instead"
+                )
             if run.status == RunStatus.FAILED:
                 busy = tx.unfinished_in_session(run.session_id)
                 if busy is not None and busy.id != run_id:
-                    raise ConflictError(f"session {run.session_id!r} has unfinished run "
-                                        f"{busy.id}; retry {run_id} after it ends")
+                    raise ConflictError(
+                        f"session {run.session_id!r} has unfinished run "
+                        f"{busy.id}; retry {run_id} after it ends"
+                    )
             if run.blocked_operation is not None:
                 tx.order_rerun(run_id, run.blocked_operation)
-            tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None,
-                          finished_at=None)
+            tx.update_run(
+                run_id,
+                status=RunStatus.PENDING,
+                error=None,
+                blocked_operation=None,
+                finished_at=None,
+            )
             tx.append_event(run_id, "status", {"status": "pending", "retried": True})
 
         await self.store.submit(job, barrier=True)
@@ -581,11 +722,15 @@ class Runtime:
             if run.status == RunStatus.CANCELLED:
                 return False
             if run.status.terminal:
-                raise ConflictError(f"run {run_id} already ended {run.status.value}; it cannot "
-                                    "be cancelled")
-            tx.update_run(run_id, status=RunStatus.CANCELLED,
-                          error={"reason": reason or "cancelled", "operation": None},
-                          finished_at=tx.now())
+                raise ConflictError(
+                    f"run {run_id} already ended {run.status.value}; it cannot be cancelled"
+                )
+            tx.update_run(
+                run_id,
+                status=RunStatus.CANCELLED,
+                error={"reason": reason or "cancelled", "operation": None},
+                finished_at=tx.now(),
+            )
             tx.append_event(run_id, "status", {"status": "cancelled", "reason": reason})
             return True
 
@@ -594,6 +739,23 @@ class Runtime:
             if task is not None:
                 task.cancel()
             self._wake.set()
+
+
+def _events_page(tx: SqliteTx, *, run_id: str, after: int) -> list[Event]:
+    return tx.events_after(run_id, after, _EVENT_PAGE)
+
+
+def _attach_message(tx: SqliteTx, op: Operation) -> Operation:
+    """A completed model operation stores its message as a blob; attach it for replay."""
+    if (
+        op.kind != "model"
+        or op.status != "completed"
+        or not isinstance(op.result, dict)
+        or "message" not in op.result
+    ):
+        return op
+    stored = loads(tx.get_blob(op.result["message"]))
+    return dataclasses.replace(op, result={**op.result, "stored_message": stored})
 
 
 class _Closed:
@@ -605,4 +767,3 @@ _CLOSED: Any = _Closed()
 
 def _is_terminal(event: Event) -> bool:
     return event.type == "status" and RunStatus(event.data["status"]).terminal
-

@@ -16,6 +16,7 @@ is rolled back, every job in it and every later job fails with the same :class:`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -80,8 +81,9 @@ class Writer:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[Any], T], *, barrier: bool = False,
-               read_only: bool = False) -> asyncio.Future[T]:
+    def submit(
+        self, fn: Callable[[Any], T], *, barrier: bool = False, read_only: bool = False
+    ) -> asyncio.Future[T]:
         """Queue ``fn(tx)``; the future resolves after its batch commits (and, for a barrier, is
         on disk)."""
         future: asyncio.Future[T] = self._loop.create_future()
@@ -154,19 +156,19 @@ class Writer:
                             self._backend.release_savepoint(tx)
                     events = self._backend.commit(tx)
                 except BaseException:
-                    try:
+                    with contextlib.suppress(Exception):
                         self._backend.rollback(tx)
-                    except Exception:  # noqa: S110 - the original error is what we report
-                        pass
                     raise
         except StorageError as exc:
             self._poison(exc, batch)
             return
         except Exception as exc:
             self._poison(
-                StorageError(f"storage failed ({type(exc).__name__}: {exc}); nothing from the "
-                             "failed transaction was kept. Close and reopen the runtime: it "
-                             "resumes from the committed journal."),
+                StorageError(
+                    f"storage failed ({type(exc).__name__}: {exc}); nothing from the "
+                    "failed transaction was kept. Close and reopen the runtime: it "
+                    "resumes from the committed journal."
+                ),
                 batch,
                 cause=exc,
             )
@@ -184,8 +186,9 @@ class Writer:
             job.error = exc
             return False
 
-    def _poison(self, error: StorageError, batch: list[Job[Any]],
-                cause: BaseException | None = None) -> None:
+    def _poison(
+        self, error: StorageError, batch: list[Job[Any]], cause: BaseException | None = None
+    ) -> None:
         if cause is not None:
             error.__cause__ = cause
         self.poisoned = error
@@ -195,10 +198,9 @@ class Writer:
         self._loop.call_soon_threadsafe(self._on_fatal, error)
 
     def _deliver(self, batch: list[Job[Any]], events: list[Event]) -> None:
-        try:
+        # A closed loop (RuntimeError) means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._settle, batch, events)
-        except RuntimeError:
-            pass  # the loop is closed: nobody is waiting any more
 
     def _settle(self, batch: list[Job[Any]], events: list[Event]) -> None:
         for job in batch:

@@ -11,6 +11,7 @@ connection, off the commit path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sqlite3
@@ -93,13 +94,20 @@ class SqliteStore:
     ``fsync="always"`` flushes every commit.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: FsyncMode = "barriers",
-                 busy_timeout: float = 5.0, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: FsyncMode = "barriers",
+        busy_timeout: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
         if fsync not in ("barriers", "always"):
             raise ValidationError(f"fsync must be 'barriers' or 'always', not {fsync!r}")
         if not isinstance(busy_timeout, int | float) or busy_timeout < 0:
-            raise ValidationError(f"busy_timeout must be a number of seconds >= 0, "
-                                  f"not {busy_timeout!r}")
+            raise ValidationError(
+                f"busy_timeout must be a number of seconds >= 0, not {busy_timeout!r}"
+            )
         text = os.fspath(path)
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("SqliteStore needs a file path (or ':memory:'), got a blank one")
@@ -108,8 +116,10 @@ class SqliteStore:
         if not self.memory:
             parent = Path(text).expanduser().resolve().parent
             if not parent.is_dir():
-                raise ValidationError(f"cannot create the stead database {text!r}: folder "
-                                      f"{str(parent)!r} does not exist")
+                raise ValidationError(
+                    f"cannot create the stead database {text!r}: folder "
+                    f"{str(parent)!r} does not exist"
+                )
         self.fsync: FsyncMode = fsync
         self.busy_timeout = float(busy_timeout)
         self.clock: Clock = clock or SystemClock()
@@ -128,25 +138,33 @@ class SqliteStore:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self.busy_timeout)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+        )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         if not self.memory:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 conn.close()
-                raise StorageError(f"could not switch {self.path!r} to WAL journal mode "
-                                   f"(got {mode!r}); is it on a filesystem without shared "
-                                   "memory support, such as a network share?")
+                raise StorageError(
+                    f"could not switch {self.path!r} to WAL journal mode "
+                    f"(got {mode!r}); is it on a filesystem without shared "
+                    "memory support, such as a network share?"
+                )
         return conn
 
-    def acquire(self, loop: asyncio.AbstractEventLoop, on_commit: Callable[[list[Event]], None],
-                on_fatal: Callable[[StorageError], None]) -> OpenInfo:
+    def acquire(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_commit: Callable[[list[Event]], None],
+        on_fatal: Callable[[StorageError], None],
+    ) -> OpenInfo:
         """Open the file, migrate, take ownership and start the writer (blocking)."""
         if self._writer is not None:
-            raise OwnershipError(f"{self!r} is already open in this process; use one Runtime "
-                                 "per store")
+            raise OwnershipError(
+                f"{self!r} is already open in this process; use one Runtime per store"
+            )
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
@@ -170,27 +188,33 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            raise OwnershipError(f"the stead database {self.path!r} is locked by another "
-                                 f"process ({exc}); stop it and try again") from exc
+            raise OwnershipError(
+                f"the stead database {self.path!r} is locked by another "
+                f"process ({exc}); stop it and try again"
+            ) from exc
         try:
             version = self._schema_version(conn)
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(
                     f"the stead database {self.path!r} has schema version {version}, newer than "
                     f"this stead reads ({SCHEMA_VERSION}); upgrade stead, or restore a backup "
-                    "made by this version")
+                    "made by this version"
+                )
             for number, script in _migrations():
                 if number > version:
                     for statement in _statements(script):
                         conn.execute(statement)
             if version == 0:
-                conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, ?)",
-                             (SCHEMA_VERSION,))
+                conn.execute(
+                    "INSERT INTO stead_meta (singleton, schema_version) VALUES (1, ?)",
+                    (SCHEMA_VERSION,),
+                )
             else:
                 conn.execute("UPDATE stead_meta SET schema_version = ?", (SCHEMA_VERSION,))
             row = conn.execute(
                 "SELECT owner_token, owner_pid, owner_host, owner_boot_id, "
-                "sequence_reserved_through FROM stead_meta").fetchone()
+                "sequence_reserved_through FROM stead_meta"
+            ).fetchone()
             token, pid, host, previous_boot, reserved = row
             this_host, this_boot = socket.gethostname(), boot_id()
             crashed = False
@@ -199,15 +223,18 @@ class SqliteStore:
                     raise OwnershipError(
                         f"the stead database {self.path!r} is owned by pid {pid} on host "
                         f"{host!r}; stop that runtime first (a runtime on another host can't be "
-                        "checked for liveness, so it is never replaced automatically)")
+                        "checked for liveness, so it is never replaced automatically)"
+                    )
                 if pid == os.getpid() or _pid_alive(pid):
                     raise OwnershipError(
                         f"the stead database {self.path!r} is owned by a live runtime: pid {pid} "
                         f"on host {host!r}; close that runtime (or use its inbox commands) and "
-                        "try again")
+                        "try again"
+                    )
                 crashed = True
-            max_seq = conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM stead_events"
-                                   ).fetchone()[0]
+            max_seq = conn.execute(
+                "SELECT COALESCE(MAX(sequence), 0) FROM stead_events"
+            ).fetchone()[0]
             if crashed and previous_boot != this_boot:
                 # The machine rebooted since the crashed owner ran: events it handed out after
                 # its last flush may be lost, so continue above everything it could have shown.
@@ -220,8 +247,15 @@ class SqliteStore:
             conn.execute(
                 "UPDATE stead_meta SET owner_token = ?, owner_pid = ?, owner_host = ?, "
                 "owner_boot_id = ?, owner_since = ?, sequence_reserved_through = ?",
-                (self._token, os.getpid(), this_host, this_boot,
-                 self.clock.now().isoformat(), self._reserved_through))
+                (
+                    self._token,
+                    os.getpid(),
+                    this_host,
+                    this_boot,
+                    self.clock.now().isoformat(),
+                    self._reserved_through,
+                ),
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -230,19 +264,23 @@ class SqliteStore:
 
     @staticmethod
     def _schema_version(conn: sqlite3.Connection) -> int:
-        exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
-                              "'stead_meta'").fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stead_meta'"
+        ).fetchone()
         if not exists:
             others = conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
             if others:
-                raise StorageError("this SQLite file holds other tables and no stead journal; "
-                                   "give stead a file of its own")
+                raise StorageError(
+                    "this SQLite file holds other tables and no stead journal; "
+                    "give stead a file of its own"
+                )
             return 0
         row = conn.execute("SELECT schema_version FROM stead_meta").fetchone()
         return int(row[0]) if row else 0
 
-    def submit(self, fn: Callable[[SqliteTx], T], *, barrier: bool = False,
-               read_only: bool = False) -> asyncio.Future[T]:
+    def submit(
+        self, fn: Callable[[SqliteTx], T], *, barrier: bool = False, read_only: bool = False
+    ) -> asyncio.Future[T]:
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
         return self._writer.submit(fn, barrier=barrier, read_only=read_only)
@@ -263,9 +301,11 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                 conn.execute("PRAGMA synchronous = FULL")
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute("UPDATE stead_meta SET owner_token = NULL, owner_pid = NULL, "
-                             "sequence_reserved_through = ? WHERE owner_token = ?",
-                             (self._next_sequence - 1, self._token))
+                conn.execute(
+                    "UPDATE stead_meta SET owner_token = NULL, owner_pid = NULL, "
+                    "sequence_reserved_through = ? WHERE owner_token = ?",
+                    (self._next_sequence - 1, self._token),
+                )
                 conn.execute("COMMIT")
                 if not self.memory:
                     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -280,8 +320,9 @@ class SqliteStore:
     def _set_sync(self, full: bool) -> None:
         assert self._conn is not None
         if self._sync_full is not full:
-            self._conn.execute("PRAGMA synchronous = FULL" if full else
-                               "PRAGMA synchronous = NORMAL")
+            self._conn.execute(
+                "PRAGMA synchronous = FULL" if full else "PRAGMA synchronous = NORMAL"
+            )
             self._sync_full = full
 
     def begin(self, *, durable: bool) -> SqliteTx:
@@ -295,12 +336,15 @@ class SqliteStore:
         token = conn.execute("SELECT owner_token FROM stead_meta").fetchone()
         if token is None or token[0] != self._token:
             conn.execute("ROLLBACK")
-            raise StorageError(f"this runtime no longer owns {self.path!r} (another process "
-                               "replaced it); nothing was written. Close this runtime.")
+            raise StorageError(
+                f"this runtime no longer owns {self.path!r} (another process "
+                "replaced it); nothing was written. Close this runtime."
+            )
         if extend:
             self._reserved_through = self._next_sequence - 1 + SEQUENCE_RESERVATION
-            conn.execute("UPDATE stead_meta SET sequence_reserved_through = ?",
-                         (self._reserved_through,))
+            conn.execute(
+                "UPDATE stead_meta SET sequence_reserved_through = ?", (self._reserved_through,)
+            )
         return SqliteTx(conn, self.clock, self._next_sequence, durable)
 
     def savepoint(self, tx: SqliteTx) -> None:
@@ -342,10 +386,16 @@ def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
     """
     text = os.fspath(path)
     if not Path(text).is_file():
-        raise ValidationError(f"no stead database at {text!r}; pass the path of an existing "
-                              "file (stead demo creates stead-demo.db)")
-    conn = sqlite3.connect(f"file:{Path(text).resolve()}?mode=ro", uri=True,
-                           isolation_level=None, check_same_thread=False)
+        raise ValidationError(
+            f"no stead database at {text!r}; pass the path of an existing "
+            "file (stead demo creates stead-demo.db)"
+        )
+    conn = sqlite3.connect(
+        f"file:{Path(text).resolve()}?mode=ro",
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+    )
     conn.execute("PRAGMA busy_timeout = 5000")
     try:
         version = SqliteStore._schema_version(conn)
@@ -357,8 +407,10 @@ def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
         raise ValidationError(f"{text!r} holds no stead journal")
     if version > SCHEMA_VERSION:
         conn.close()
-        raise SchemaVersionError(f"{text!r} has schema version {version}, newer than this stead "
-                                 f"reads ({SCHEMA_VERSION}); upgrade stead")
+        raise SchemaVersionError(
+            f"{text!r} has schema version {version}, newer than this stead "
+            f"reads ({SCHEMA_VERSION}); upgrade stead"
+        )
     return SqliteTx(conn, SystemClock(), 0, False, read_only=True)
 
 
@@ -368,12 +420,14 @@ class _Checkpointer:
     interval = 0.5
 
     def __init__(self, path: str, busy_timeout: float) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                     timeout=busy_timeout)
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+        )
         self._dirty = threading.Event()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"stead-checkpoint:{path}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, name=f"stead-checkpoint:{path}", daemon=True
+        )
         self._thread.start()
 
     def nudge(self) -> None:
@@ -391,7 +445,6 @@ class _Checkpointer:
             if self._stopping.wait(self.interval):
                 return
             self._dirty.clear()
-            try:
+            # Busy or failing: the next nudge tries again; commits are unaffected.
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:
-                pass  # busy or failing: the next nudge tries again; commits are unaffected

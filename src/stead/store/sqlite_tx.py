@@ -29,10 +29,19 @@ _OP_COLUMNS = (
     "created_at, updated_at"
 )
 _TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
-_UPDATABLE_RUN_FIELDS = frozenset({
-    "status", "history_head", "history_length", "outcome", "error", "blocked_operation", "usage",
-    "started_at", "finished_at",
-})
+_UPDATABLE_RUN_FIELDS = frozenset(
+    {
+        "status",
+        "history_head",
+        "history_length",
+        "outcome",
+        "error",
+        "blocked_operation",
+        "usage",
+        "started_at",
+        "finished_at",
+    }
+)
 _JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
 
 
@@ -46,20 +55,42 @@ def _load(value: str | None) -> JSON | None:
 
 def _run(row: Sequence[Any]) -> Run:
     return Run(
-        id=row[0], number=row[1], session_id=row[2], request_id=row[3], kind=row[4],
-        agent_id=row[5], version=row[6], status=RunStatus(row[7]), input=loads(row[8]),
-        history_head=row[9], history_length=row[10], outcome=_load(row[11]),
-        error=_load(row[12]), blocked_operation=row[13], usage=loads(row[14]),
-        created_at=datetime.fromisoformat(row[15]), updated_at=datetime.fromisoformat(row[16]),
-        started_at=_time(row[17]), finished_at=_time(row[18]),
+        id=row[0],
+        number=row[1],
+        session_id=row[2],
+        request_id=row[3],
+        kind=row[4],
+        agent_id=row[5],
+        version=row[6],
+        status=RunStatus(row[7]),
+        input=loads(row[8]),
+        history_head=row[9],
+        history_length=row[10],
+        outcome=_load(row[11]),
+        error=_load(row[12]),
+        blocked_operation=row[13],
+        usage=loads(row[14]),
+        created_at=datetime.fromisoformat(row[15]),
+        updated_at=datetime.fromisoformat(row[16]),
+        started_at=_time(row[17]),
+        finished_at=_time(row[18]),
     )
 
 
 def _operation(row: Sequence[Any]) -> Operation:
     return Operation(
-        run_id=row[0], key=row[1], position=row[2], kind=row[3], status=row[4], recovery=row[5],
-        input_hash=row[6], input=loads(row[7]), result=_load(row[8]), attempts=row[9],
-        rerun=bool(row[10]), created_at=datetime.fromisoformat(row[11]),
+        run_id=row[0],
+        key=row[1],
+        position=row[2],
+        kind=row[3],
+        status=row[4],
+        recovery=row[5],
+        input_hash=row[6],
+        input=loads(row[7]),
+        result=_load(row[8]),
+        attempts=row[9],
+        rerun=bool(row[10]),
+        created_at=datetime.fromisoformat(row[11]),
         updated_at=datetime.fromisoformat(row[12]),
     )
 
@@ -67,8 +98,15 @@ def _operation(row: Sequence[Any]) -> Operation:
 class SqliteTx:
     """One transaction (or a read) on the writer's connection. Used only on the writer thread."""
 
-    def __init__(self, conn: sqlite3.Connection, clock: Clock, next_sequence: int,
-                 durable: bool, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        clock: Clock,
+        next_sequence: int,
+        durable: bool,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.conn = conn
         self.clock = clock
         self.next_sequence = next_sequence
@@ -102,14 +140,17 @@ class SqliteTx:
     # -- runs --------------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> Run | None:
-        row = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE id = ?",
-                                (run_id,)).fetchone()
+        row = self.conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,)
+        ).fetchone()
         return _run(row) if row else None
 
     def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS}, submission_digest FROM stead_runs "
-            "WHERE session_id = ? AND request_id = ?", (session_id, request_id)).fetchone()
+            "WHERE session_id = ? AND request_id = ?",
+            (session_id, request_id),
+        ).fetchone()
         return (_run(row), row[-1]) if row else None
 
     def unfinished_in_session(self, session_id: str) -> Run | None:
@@ -117,40 +158,66 @@ class SqliteTx:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
             f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
-            (session_id,)).fetchone()
+            (session_id,),
+        ).fetchone()
         return _run(row) if row else None
 
     def earlier_unfinished(self, run: Run) -> Run | None:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
             f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number LIMIT 1",
-            (run.session_id, run.number)).fetchone()
+            (run.session_id, run.number),
+        ).fetchone()
         return _run(row) if row else None
 
     def later_started(self, run: Run) -> Run | None:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
             "AND started_at IS NOT NULL ORDER BY number LIMIT 1",
-            (run.session_id, run.number)).fetchone()
+            (run.session_id, run.number),
+        ).fetchone()
         return _run(row) if row else None
 
     def latest_completed(self, session_id: str, before: int) -> Run | None:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
             "AND status = 'completed' ORDER BY number DESC LIMIT 1",
-            (session_id, before)).fetchone()
+            (session_id, before),
+        ).fetchone()
         return _run(row) if row else None
 
-    def insert_run(self, *, run_id: str, session_id: str, request_id: str, kind: str,
-                   target: str, version: str, status: RunStatus, input: JSON,
-                   submission_digest: str) -> Run:
+    def insert_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        request_id: str,
+        kind: str,
+        target: str,
+        version: str,
+        status: RunStatus,
+        input: JSON,
+        submission_digest: str,
+    ) -> Run:
         now = iso(self.now())
         cursor = self.conn.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, target, version, status, "
             "input, submission_digest, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, session_id, request_id, kind, target, version, status.value, dumps(input),
-             submission_digest, now, now))
+            (
+                run_id,
+                session_id,
+                request_id,
+                kind,
+                target,
+                version,
+                status.value,
+                dumps(input),
+                submission_digest,
+                now,
+                now,
+            ),
+        )
         number = cursor.lastrowid
         assert number is not None
         run = self.get_run(run_id)
@@ -183,13 +250,22 @@ class SqliteTx:
             f"SELECT {_RUN_COLUMNS} FROM stead_runs AS r WHERE r.status IN ({statuses}) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
             f"AND p.number < r.number AND p.status NOT IN {_TERMINAL_SQL}) "
-            "ORDER BY r.number LIMIT ?", (limit + len(excluded),)).fetchall()
+            "ORDER BY r.number LIMIT ?",
+            (limit + len(excluded),),
+        ).fetchall()
         return [run for run in map(_run, rows) if run.id not in excluded][:limit]
 
-    def list_runs(self, *, session_id: str | None, agent_id: str | None,
-                  statuses: Sequence[str] | None, before_number: int | None,
-                  limit: int) -> list[Run]:
-        clauses, values = [], []
+    def list_runs(
+        self,
+        *,
+        session_id: str | None,
+        agent_id: str | None,
+        statuses: Sequence[str] | None,
+        before_number: int | None,
+        limit: int,
+    ) -> list[Run]:
+        clauses: list[str] = []
+        values: list[object] = []
         if session_id is not None:
             clauses.append("session_id = ?")
             values.append(session_id)
@@ -205,53 +281,76 @@ class SqliteTx:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
-            (*values, limit)).fetchall()
+            (*values, limit),
+        ).fetchall()
         return [_run(row) for row in rows]
 
     def count_runs(self, statuses: Sequence[str]) -> int:
         marks = ", ".join("?" for _ in statuses)
-        return int(self.conn.execute(f"SELECT COUNT(*) FROM stead_runs WHERE status IN ({marks})",
-                                     tuple(statuses)).fetchone()[0])
+        return int(
+            self.conn.execute(
+                f"SELECT COUNT(*) FROM stead_runs WHERE status IN ({marks})", tuple(statuses)
+            ).fetchone()[0]
+        )
 
     # -- operations --------------------------------------------------------------------------
 
     def operations(self, run_id: str) -> list[Operation]:
-        rows = self.conn.execute(f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? "
-                                 "ORDER BY position", (run_id,)).fetchall()
+        rows = self.conn.execute(
+            f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
+            (run_id,),
+        ).fetchall()
         return [_operation(row) for row in rows]
 
     def get_operation(self, run_id: str, key: str) -> Operation | None:
-        row = self.conn.execute(f"SELECT {_OP_COLUMNS} FROM stead_operations "
-                                "WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        row = self.conn.execute(
+            f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? AND key = ?",
+            (run_id, key),
+        ).fetchone()
         return _operation(row) if row else None
 
-    def start_operation(self, *, run_id: str, key: str, position: int, kind: str,
-                        recovery: Recovery, input_hash: str, input: JSON) -> None:
+    def start_operation(
+        self,
+        *,
+        run_id: str,
+        key: str,
+        position: int,
+        kind: str,
+        recovery: Recovery,
+        input_hash: str,
+        input: JSON,
+    ) -> None:
         now = iso(self.now())
         self.conn.execute(
             "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
             "input_hash, input, attempts, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, 'started', ?, ?, ?, 1, ?, ?)",
-            (run_id, key, position, kind, recovery, input_hash, dumps(input), now, now))
+            (run_id, key, position, kind, recovery, input_hash, dumps(input), now, now),
+        )
 
     def restart_operation(self, run_id: str, key: str, attempts: int) -> None:
         """Record another attempt of an interrupted operation (and consume a re-run order)."""
-        self.conn.execute("UPDATE stead_operations SET attempts = ?, rerun = 0, updated_at = ? "
-                          "WHERE run_id = ? AND key = ? AND status = 'started'",
-                          (attempts, iso(self.now()), run_id, key))
+        self.conn.execute(
+            "UPDATE stead_operations SET attempts = ?, rerun = 0, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (attempts, iso(self.now()), run_id, key),
+        )
 
     def complete_operation(self, run_id: str, key: str, result: JSON) -> bool:
         """Store the result of a started operation; False if it was not ``started``."""
         cursor = self.conn.execute(
             "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
             "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (dumps(result), iso(self.now()), run_id, key))
+            (dumps(result), iso(self.now()), run_id, key),
+        )
         return cursor.rowcount == 1
 
     def order_rerun(self, run_id: str, key: str) -> None:
-        self.conn.execute("UPDATE stead_operations SET rerun = 1, updated_at = ? "
-                          "WHERE run_id = ? AND key = ? AND status = 'started'",
-                          (iso(self.now()), run_id, key))
+        self.conn.execute(
+            "UPDATE stead_operations SET rerun = 1, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (iso(self.now()), run_id, key),
+        )
 
     def copy_operations(self, source_run_id: str, target_run_id: str, keys: Sequence[str]) -> None:
         """Copy completed operations into another run (fork)."""
@@ -262,7 +361,8 @@ class SqliteTx:
                 "SELECT ?, key, position, kind, status, recovery, input_hash, input, result, "
                 "attempts, 0, created_at, updated_at FROM stead_operations "
                 "WHERE run_id = ? AND key = ? AND status = 'completed'",
-                (target_run_id, source_run_id, key))
+                (target_run_id, source_run_id, key),
+            )
 
     # -- events ------------------------------------------------------------------------------
 
@@ -271,7 +371,9 @@ class SqliteTx:
         sequence = self.next_sequence
         self.conn.execute(
             "INSERT INTO stead_events (sequence, run_id, type, data, created_at) "
-            "VALUES (?, ?, ?, ?, ?)", (sequence, run_id, type, dumps(data), iso(now)))
+            "VALUES (?, ?, ?, ?, ?)",
+            (sequence, run_id, type, dumps(data), iso(now)),
+        )
         self.next_sequence = sequence + 1
         event = Event(sequence=sequence, run_id=run_id, type=type, data=data, created_at=now)
         self.events.append(event)
@@ -281,31 +383,43 @@ class SqliteTx:
         if run_id is None:
             rows = self.conn.execute(
                 "SELECT sequence, run_id, type, data, created_at FROM stead_events "
-                "WHERE sequence > ? ORDER BY sequence LIMIT ?", (after, limit)).fetchall()
+                "WHERE sequence > ? ORDER BY sequence LIMIT ?",
+                (after, limit),
+            ).fetchall()
         else:
             rows = self.conn.execute(
                 "SELECT sequence, run_id, type, data, created_at FROM stead_events "
                 "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-                (run_id, after, limit)).fetchall()
-        return [Event(sequence=r[0], run_id=r[1], type=r[2], data=loads(r[3]),
-                      created_at=datetime.fromisoformat(r[4])) for r in rows]
+                (run_id, after, limit),
+            ).fetchall()
+        return [
+            Event(
+                sequence=r[0],
+                run_id=r[1],
+                type=r[2],
+                data=loads(r[3]),
+                created_at=datetime.fromisoformat(r[4]),
+            )
+            for r in rows
+        ]
 
     def last_sequence(self, run_id: str) -> int:
-        row = self.conn.execute("SELECT MAX(sequence) FROM stead_events WHERE run_id = ?",
-                                (run_id,)).fetchone()
+        row = self.conn.execute(
+            "SELECT MAX(sequence) FROM stead_events WHERE run_id = ?", (run_id,)
+        ).fetchone()
         return int(row[0] or 0)
 
     # -- blobs and histories -----------------------------------------------------------------
 
     def put_blob(self, body: str) -> str:
         digest = digest_text(body)
-        self.conn.execute("INSERT OR IGNORE INTO stead_blobs (hash, body) VALUES (?, ?)",
-                          (digest, body))
+        self.conn.execute(
+            "INSERT OR IGNORE INTO stead_blobs (hash, body) VALUES (?, ?)", (digest, body)
+        )
         return digest
 
     def get_blob(self, digest: str) -> str:
-        row = self.conn.execute("SELECT body FROM stead_blobs WHERE hash = ?",
-                                (digest,)).fetchone()
+        row = self.conn.execute("SELECT body FROM stead_blobs WHERE hash = ?", (digest,)).fetchone()
         if row is None:
             raise LookupError(f"journal blob {digest} is missing")
         return str(row[0])
@@ -313,8 +427,8 @@ class SqliteTx:
     def put_history(self, nodes: Sequence[tuple[str, str | None, str]]) -> None:
         """Insert (hash, previous, message_blob) nodes; existing ones are kept."""
         self.conn.executemany(
-            "INSERT OR IGNORE INTO stead_history (hash, previous, message) VALUES (?, ?, ?)",
-            nodes)
+            "INSERT OR IGNORE INTO stead_history (hash, previous, message) VALUES (?, ?, ?)", nodes
+        )
 
     def history(self, head: str | None, length: int) -> list[str]:
         """The message blob bodies of a history, oldest first, verifying every link."""
@@ -328,10 +442,12 @@ class SqliteTx:
             " WHERE c.depth < ?) "
             "SELECT c.hash, c.previous, c.message, b.body FROM chain AS c "
             "JOIN stead_blobs AS b ON b.hash = c.message ORDER BY c.depth DESC",
-            (head, length)).fetchall()
+            (head, length),
+        ).fetchall()
         if len(rows) != length:
-            raise LookupError(f"journal history {head} should hold {length} messages, "
-                              f"found {len(rows)}")
+            raise LookupError(
+                f"journal history {head} should hold {length} messages, found {len(rows)}"
+            )
         bodies = []
         for node, previous, message, body in rows:
             if digest_text(f"{previous or ''}:{message}") != node or digest_text(body) != message:

@@ -16,24 +16,34 @@ Turn = Union[str, Sequence[ToolCall], ModelResponse]  # noqa: UP007 - used at ru
 def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
     if isinstance(turn, ModelResponse):
         return turn
-    words = sum(len(getattr(m, "content", "") or getattr(m, "text", "")) for m in
-                request.messages) // 4
+    words = (
+        sum(len(getattr(m, "content", "") or getattr(m, "text", "")) for m in request.messages) // 4
+    )
     usage = Usage(input_tokens=words + len(request.instructions) // 4, output_tokens=0)
     if isinstance(turn, str):
-        return ModelResponse(text=turn, usage=Usage(input_tokens=usage.input_tokens,
-                                                   output_tokens=max(1, len(turn) // 4)),
-                             model=model, finish_reason="stop")
+        return ModelResponse(
+            text=turn,
+            usage=Usage(input_tokens=usage.input_tokens, output_tokens=max(1, len(turn) // 4)),
+            model=model,
+            finish_reason="stop",
+        )
     calls = list(turn)
     for call in calls:
         if not isinstance(call, ToolCall):
-            raise ValidationError(f"a scripted turn is a str, a list of stead.ToolCall or a "
-                                  f"ModelResponse; got an item {call!r}")
-    named = tuple(c if c.id else ToolCall(name=c.name, arguments=c.arguments,
-                                          id=f"call_{request.turn}_{i}")
-                  for i, c in enumerate(calls, start=1))
-    return ModelResponse(tool_calls=named, usage=Usage(input_tokens=usage.input_tokens,
-                                                       output_tokens=8 * len(named)),
-                         model=model, finish_reason="tool_calls")
+            raise ValidationError(
+                f"a scripted turn is a str, a list of stead.ToolCall or a "
+                f"ModelResponse; got an item {call!r}"
+            )
+    named = tuple(
+        c if c.id else ToolCall(name=c.name, arguments=c.arguments, id=f"call_{request.turn}_{i}")
+        for i, c in enumerate(calls, start=1)
+    )
+    return ModelResponse(
+        tool_calls=named,
+        usage=Usage(input_tokens=usage.input_tokens, output_tokens=8 * len(named)),
+        model=model,
+        finish_reason="tool_calls",
+    )
 
 
 class ScriptedModel:
@@ -48,16 +58,19 @@ class ScriptedModel:
 
     def __init__(self, turns: Sequence[Turn]) -> None:
         if isinstance(turns, str | bytes) or not isinstance(turns, Sequence) or not turns:
-            raise ValidationError("ScriptedModel needs a non-empty list of turns (each a str, a "
-                                  "list of stead.ToolCall, or a ModelResponse)")
+            raise ValidationError(
+                "ScriptedModel needs a non-empty list of turns (each a str, a "
+                "list of stead.ToolCall, or a ModelResponse)"
+            )
         self.turns = list(turns)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
         if not 1 <= request.turn <= len(self.turns):
-            raise ValidationError(f"ScriptedModel has {len(self.turns)} turns; it was asked for "
-                                  f"turn {request.turn}")
+            raise ValidationError(
+                f"ScriptedModel has {len(self.turns)} turns; it was asked for turn {request.turn}"
+            )
         return _response(self.turns[request.turn - 1], request, self.model_id)
 
 
@@ -65,8 +78,12 @@ class FunctionModel:
     """A model whose answer is ``fn(request)`` (sync or async), returning a str, a list of
     :class:`stead.ToolCall` or a :class:`stead.ModelResponse`."""
 
-    def __init__(self, fn: Callable[[ModelRequest], Turn | Awaitable[Turn]], *,
-                 model_id: str = "stead:function") -> None:
+    def __init__(
+        self,
+        fn: Callable[[ModelRequest], Turn | Awaitable[Turn]],
+        *,
+        model_id: str = "stead:function",
+    ) -> None:
         if not callable(fn):
             raise ValidationError(f"FunctionModel needs a callable, got {fn!r}")
         self.fn = fn

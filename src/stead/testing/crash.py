@@ -22,8 +22,9 @@ def crash_at(boundary: str, key: str = "*") -> None:
     ``"tool:2:*"``) reaches ``boundary``: ``intent_committed``, ``effect_done`` or
     ``result_committed``."""
     if boundary not in boundaries.BOUNDARIES:
-        raise ValidationError(f"unknown boundary {boundary!r}; boundaries are "
-                              f"{', '.join(boundaries.BOUNDARIES)}")
+        raise ValidationError(
+            f"unknown boundary {boundary!r}; boundaries are {', '.join(boundaries.BOUNDARIES)}"
+        )
 
     def hook(reached: str, operation_key: str) -> None:
         if reached == boundary and fnmatch.fnmatchcase(operation_key, key):

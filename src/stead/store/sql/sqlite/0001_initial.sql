@@ -69,7 +69,7 @@ CREATE TABLE stead_operations (
     created_at  TEXT NOT NULL,
     updated_at  TEXT NOT NULL,
     PRIMARY KEY (run_id, key)
-) WITHOUT ROWID;
+);
 
 CREATE TABLE stead_events (
     sequence   INTEGER PRIMARY KEY,
@@ -83,7 +83,7 @@ CREATE INDEX stead_events_run ON stead_events (run_id, sequence);
 CREATE TABLE stead_blobs (
     hash TEXT PRIMARY KEY,                      -- sha256 of body
     body TEXT NOT NULL
-) WITHOUT ROWID;
+);
 
 CREATE TABLE stead_history (
     hash     TEXT PRIMARY KEY,                  -- sha256(previous || ':' || message)

@@ -1,0 +1,453 @@
+"""Runs, sessions, dedup, the agent loop and its errors, on a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+import stead
+from stead.testing import FunctionModel, ScriptedModel
+
+from .conftest import ledger_tool
+
+
+def _agent(
+    model: stead.Model,
+    tools: list[stead.Tool] | None = None,
+    *,
+    version: str = "1",
+    agent_id: str = "agent",
+    max_turns: int = 10,
+) -> stead.Agent:
+    return stead.Agent(
+        id=agent_id,
+        version=version,
+        model=model,
+        instructions="be brief",
+        tools=tools or [],
+        max_turns=max_turns,
+    )
+
+
+def _rows(db: str, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_tool_loop_runs_and_journals_every_step(db: str) -> None:
+    calls: list[str] = []
+    model = ScriptedModel(
+        [
+            [
+                stead.ToolCall(name="charge", arguments={"amount": 5}, id="c1"),
+                stead.ToolCall(name="charge", arguments={"amount": 7}, id="c2"),
+            ],
+            "charged twice",
+        ]
+    )
+    app = stead.App(agents=[_agent(model, [ledger_tool(calls)])])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="charge")
+        outcome = await run.result()
+        snapshot = await run.snapshot()
+    assert outcome.output == "charged twice"
+    assert [m.kind for m in outcome.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "tool_result",
+        "assistant",
+    ]
+    assert outcome.usage.requests == 2
+    assert sorted(calls) == [f"{run.id}/tool:1:c1", f"{run.id}/tool:1:c2"]
+    assert [(op.key, op.kind, op.status, op.recovery) for op in snapshot.operations] == [
+        ("model:1", "model", "completed", "safe"),
+        ("tool:1:c1", "tool", "completed", "idempotent"),
+        ("tool:1:c2", "tool", "completed", "idempotent"),
+        ("model:2", "model", "completed", "safe"),
+    ]
+    assert snapshot.run.status is stead.RunStatus.COMPLETED
+    # the second model request saw both tool results
+    second = model.requests[1]
+    assert second.turn == 2
+    assert [m.kind for m in second.messages][-2:] == ["tool_result", "tool_result"]
+
+
+async def test_identical_submission_returns_the_original_run_also_after_restart(db: str) -> None:
+    app = stead.App(agents=[_agent(ScriptedModel(["hi"]))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        first = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
+        again = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
+        assert again.id == first.id
+        await first.result()
+        with pytest.raises(stead.ConflictError, match="different submission"):
+            await runtime.submit("agent", session_id="s", request_id="r", prompt="other")
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        after = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
+        assert after.id == first.id
+        assert (await after.result()).output == "hi"
+    assert _rows(db, "SELECT COUNT(*) FROM stead_runs") == [(1,)]
+
+
+async def test_busy_session_conflicts_unless_enqueued_and_history_carries_over(db: str) -> None:
+    release = asyncio.Event()
+
+    async def answer(request: stead.ModelRequest) -> str:
+        if request.messages[-1].content == "first":  # type: ignore[union-attr]
+            await release.wait()
+        return f"answer {len(request.messages)}"
+
+    model = FunctionModel(answer)
+    app = stead.App(agents=[_agent(model)])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        first = await runtime.submit("agent", session_id="s", request_id="1", prompt="first")
+        with pytest.raises(stead.ConflictError, match="enqueue=True"):
+            await runtime.submit("agent", session_id="s", request_id="2", prompt="second")
+        second = await runtime.submit(
+            "agent", session_id="s", request_id="2", prompt="second", enqueue=True
+        )
+        assert await second.status() is stead.RunStatus.QUEUED
+        other = await runtime.submit("agent", session_id="t", request_id="1", prompt="solo")
+        assert (await other.result()).output == "answer 1"  # other sessions are not blocked
+        release.set()
+        assert (await first.result()).output == "answer 1"
+        # the second run starts with the first run's conversation as history
+        assert (await second.result()).output == "answer 3"
+    second_request = model.requests[-1]
+    assert [getattr(m, "content", getattr(m, "text", None)) for m in second_request.messages] == [
+        "first",
+        "answer 1",
+        "second",
+    ]
+
+
+async def test_queue_order_is_kept_across_a_restart(db: str) -> None:
+    gate = asyncio.Event()
+
+    async def answer(request: stead.ModelRequest) -> str:
+        await gate.wait()
+        return "ok"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    runtime = await app.open(stead.SqliteStore(db))
+    ids = [
+        (
+            await runtime.submit(
+                "agent", session_id="s", request_id=str(i), prompt=f"p{i}", enqueue=True
+            )
+        ).id
+        for i in range(4)
+    ]
+    await runtime.close()  # the first run was in flight: it stays running in the journal
+    gate.set()
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        for run_id in ids:
+            await runtime.get_run(run_id).result()
+        finished = [(await runtime.get_run(i).run()).finished_at for i in ids]
+    assert finished == sorted(finished)  # type: ignore[type-var]
+    started = _rows(db, "SELECT request_id FROM stead_runs ORDER BY started_at")
+    assert [r[0] for r in started] == ["0", "1", "2", "3"]
+
+
+async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> None:
+    running = 0
+    peak = 0
+
+    async def answer(request: stead.ModelRequest) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return "ok"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    async with await app.open(stead.SqliteStore(db), max_concurrent_runs=3) as runtime:
+        runs = [
+            await runtime.submit("agent", session_id=f"s{i}", request_id="r", prompt="go")
+            for i in range(8)
+        ]
+        await asyncio.gather(*(r.result() for r in runs))
+    assert peak == 3
+
+
+async def test_list_runs_filters_and_pages(db: str) -> None:
+    app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        handles = [
+            await runtime.submit(
+                "agent", session_id=f"s{i % 2}", request_id=str(i), prompt="go", enqueue=True
+            )
+            for i in range(5)
+        ]
+        for handle in handles:
+            await handle.result()
+        page = await runtime.list_runs(limit=2)
+        assert [r.id for r in page.runs] == [handles[4].id, handles[3].id]
+        rest = await runtime.list_runs(limit=10, after=page.next_cursor)
+        assert [r.id for r in rest.runs] == [h.id for h in reversed(handles[:3])]
+        assert rest.next_cursor is None
+        mine = await runtime.list_runs(session_id="s1", status="completed")
+        assert {r.id for r in mine.runs} == {handles[1].id, handles[3].id}
+        assert (await runtime.list_runs(status=["failed"])).runs == []
+        with pytest.raises(stead.ValidationError, match="unknown status"):
+            await runtime.list_runs(status="done")
+        with pytest.raises(stead.ValidationError, match="cursor"):
+            await runtime.list_runs(after="x")
+
+
+async def test_events_replay_persisted_then_live_and_end_at_terminal(db: str) -> None:
+    gate = asyncio.Event()
+
+    async def answer(request: stead.ModelRequest) -> str:
+        await gate.wait()
+        return "done"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        seen: list[stead.Event] = []
+
+        async def consume() -> None:
+            async for event in run.events():
+                seen.append(event)
+                if event.type == "model_started":
+                    gate.set()
+
+        await asyncio.wait_for(consume(), 5)
+        types = [e.type for e in seen]
+        assert types == ["submitted", "status", "model_started", "model_completed", "status"]
+        assert seen[-1].data["status"] == "completed"
+        sequences = [e.sequence for e in seen]
+        assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+        # resuming from a cursor yields exactly what came after it
+        tail = [e.sequence async for e in run.events(after=sequences[2])]
+        assert tail == sequences[3:]
+
+
+async def test_unregistered_version_needs_attention_then_retry_continues(db: str) -> None:
+    model = ScriptedModel(["v1 answer"])
+    v1 = _agent(model, version="1")
+    async with await stead.App(agents=[v1]).open(stead.SqliteStore(db), resume=False) as rt:
+        run = await rt.submit("agent", session_id="s", request_id="r", prompt="go")
+    v2 = _agent(ScriptedModel(["v2 answer"]), version="2")
+    app = stead.App(agents=[v2])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        for _ in range(100):
+            if await handle.status() is stead.RunStatus.NEEDS_ATTENTION:
+                break
+            await asyncio.sleep(0.01)
+        record = await handle.run()
+        assert record.status is stead.RunStatus.NEEDS_ATTENTION
+        assert "version '1' is not registered" in record.error["reason"]  # type: ignore[index]
+        assert model.requests == []
+        app.register(v1)
+        await handle.retry()
+        assert (await handle.result()).output == "v1 answer"
+
+
+async def test_changed_definition_at_a_saved_checkpoint_needs_attention(db: str) -> None:
+    gate = asyncio.Event()
+
+    async def tool_call(request: stead.ModelRequest) -> object:
+        if request.turn == 1:
+            return [stead.ToolCall(name="wait", arguments={}, id="w")]
+        return "done"
+
+    @stead.tool(recovery="safe")
+    async def wait() -> str:
+        await gate.wait()
+        return "waited"
+
+    first = stead.Agent(
+        id="a", version="1", model=FunctionModel(tool_call), instructions="one", tools=[wait]
+    )
+    runtime = await stead.App(agents=[first]).open(stead.SqliteStore(db))
+    run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+    while not any(op.key == "tool:1:w" for op in (await run.snapshot()).operations):
+        await asyncio.sleep(0.01)
+    await runtime.close()
+    # same id and version, but the instructions changed: model:1's saved input no longer matches
+    changed = stead.Agent(
+        id="a", version="1", model=FunctionModel(tool_call), instructions="two", tools=[wait]
+    )
+    async with await stead.App(agents=[changed]).open(stead.SqliteStore(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        while await handle.status() is not stead.RunStatus.NEEDS_ATTENTION:
+            await asyncio.sleep(0.01)
+        record = await handle.run()
+    assert record.error is not None
+    assert record.error["reason"].startswith("definition changed at a saved checkpoint: model:1")
+    assert record.blocked_operation == "model:1"
+
+
+async def test_tool_errors_reach_the_model_as_failed_results(db: str) -> None:
+    @stead.tool(recovery="safe")
+    def divide(a: int, b: int) -> float:
+        """Divide."""
+        return a / b
+
+    @stead.tool(recovery="safe")
+    def picky(word: str) -> str:
+        raise stead.ModelRetry(f"say it louder than {word!r}")
+
+    model = ScriptedModel(
+        [
+            [
+                stead.ToolCall(name="divide", arguments={"a": 1, "b": "zero"}, id="bad_args"),
+                stead.ToolCall(name="divide", arguments={"a": 1, "b": 0}, id="raises"),
+                stead.ToolCall(name="nope", arguments={}, id="unknown"),
+                stead.ToolCall(name="picky", arguments={"word": "hi"}, id="retry"),
+            ],
+            "handled",
+        ]
+    )
+    app = stead.App(agents=[_agent(model, [divide, picky])])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "handled"
+    results = {
+        m.call_id: m for m in model.requests[1].messages if isinstance(m, stead.ToolResultMessage)
+    }
+    assert all(m.is_error for m in results.values())
+    assert "invalid arguments for tool 'divide': b:" in results["bad_args"].content
+    assert results["raises"].content.startswith("ZeroDivisionError")
+    assert "unknown tool 'nope'; available tools: divide, picky" in results["unknown"].content
+    assert results["retry"].content == "say it louder than 'hi'"
+
+
+async def test_non_json_tool_result_blocks_the_run_and_records_nothing(db: str) -> None:
+    @stead.tool(recovery="manual")
+    def make() -> object:
+        return object()
+
+    model = ScriptedModel([[stead.ToolCall(name="make", arguments={}, id="m")], "done"])
+    app = stead.App(agents=[_agent(model, [make])])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        while await run.status() is not stead.RunStatus.NEEDS_ATTENTION:
+            await asyncio.sleep(0.01)
+        snapshot = await run.snapshot()
+        assert "not JSON" in snapshot.run.error["reason"]  # type: ignore[index]
+        op = next(op for op in snapshot.operations if op.key == "tool:1:m")
+        assert op.status == "started" and op.result is None
+        await run.resolve("tool:1:m", {"made": True})
+        assert (await run.result()).output == "done"
+    assert model.requests[1].messages[-1].content == '{"made":true}'  # type: ignore[union-attr]
+
+
+async def test_max_turns_fails_the_run_with_a_reason(db: str) -> None:
+    @stead.tool(recovery="safe")
+    def again() -> str:
+        return "again"
+
+    model = FunctionModel(lambda r: [stead.ToolCall(name="again", arguments={})])
+    app = stead.App(agents=[_agent(model, [again], max_turns=3)])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        with pytest.raises(stead.RunFailed, match=r"max_turns \(3\) reached"):
+            await run.result()
+    assert len(model.requests) == 3
+
+
+async def test_model_error_fails_the_run_and_retry_continues(db: str) -> None:
+    broken = True
+
+    def answer(request: stead.ModelRequest) -> str:
+        if broken:
+            raise RuntimeError("provider down")
+        return "recovered"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        with pytest.raises(stead.RunFailed, match="model call model:1 failed: RuntimeError"):
+            await run.result()
+        broken = False
+        await run.retry()
+        assert (await run.result()).output == "recovered"
+        ops = (await run.snapshot()).operations
+        assert [(op.key, op.attempts) for op in ops] == [("model:1", 2)]
+        with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
+            await run.retry()
+
+
+async def test_cancel_is_terminal(db: str) -> None:
+    async def slow(request: stead.ModelRequest) -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    app = stead.App(agents=[_agent(FunctionModel(slow))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        while await run.status() is not stead.RunStatus.RUNNING:
+            await asyncio.sleep(0.01)
+        await run.cancel("changed my mind")
+        with pytest.raises(stead.RunCancelled, match="changed my mind"):
+            await run.result()
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        assert await runtime.get_run(run.id).status() is stead.RunStatus.CANCELLED
+
+
+async def test_bad_input_gets_a_clear_error_and_writes_nothing(db: str) -> None:
+    app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
+    limits = stead.Limits(max_payload_bytes=1000)
+    async with await app.open(stead.SqliteStore(db), limits=limits) as runtime:
+        with pytest.raises(
+            stead.NotFoundError, match="unknown agent 'ghost'; registered agents: agent"
+        ):
+            await runtime.submit("ghost", session_id="s", request_id="r", prompt="go")
+        for field in ("session_id", "request_id"):
+            kwargs = {"session_id": "s", "request_id": "r", field: "  "}
+            with pytest.raises(stead.ValidationError, match=f"{field} must be a non-blank"):
+                await runtime.submit("agent", prompt="go", **kwargs)
+        with pytest.raises(stead.ValidationError, match="prompt must be a non-blank string"):
+            await runtime.submit("agent", session_id="s", request_id="r", prompt="")
+        with pytest.raises(stead.LimitError, match="over max_payload_bytes"):
+            await runtime.submit("agent", session_id="s", request_id="r", prompt="x" * 2000)
+        with pytest.raises(stead.NotFoundError, match="no run 'run_missing'"):
+            await runtime.get_run("run_missing").status()
+    assert _rows(db, "SELECT COUNT(*) FROM stead_runs") == [(0,)]
+    assert _rows(db, "SELECT COUNT(*) FROM stead_events") == [(0,)]
+
+
+def test_definitions_are_validated_at_registration() -> None:
+    with pytest.raises(stead.ValidationError, match="version must be a non-blank"):
+        stead.Agent(id="a", version=" ", model=ScriptedModel(["x"]))
+    with pytest.raises(stead.ValidationError, match="has no complete"):
+        stead.Agent(id="a", version="1", model="gpt")  # type: ignore[arg-type]
+    with pytest.raises(stead.ValidationError, match="recovery must be one of"):
+        stead.tool(recovery="sometimes")(lambda: None)  # type: ignore[call-overload]
+    with pytest.raises(stead.ValidationError, match="needs a type hint"):
+
+        @stead.tool
+        def untyped(x):  # type: ignore[no-untyped-def]
+            return x
+
+    @stead.tool(recovery="safe")
+    def twin() -> None: ...
+
+    with pytest.raises(stead.ValidationError, match="two tools are named 'twin'"):
+        stead.Agent(id="a", version="1", model=ScriptedModel(["x"]), tools=[twin, twin])
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["x"]))
+    app = stead.App(agents=[agent])
+    with pytest.raises(stead.ValidationError, match="already registered"):
+        app.register(stead.Agent(id="a", version="1", model=ScriptedModel(["y"])))
+
+
+def test_tool_schema_comes_from_type_hints() -> None:
+    @stead.tool(recovery="safe")
+    def search(query: str, limit: int = 5, ctx: stead.ToolContext | None = None) -> list[str]:
+        """Search the catalogue."""
+        return []
+
+    assert search.description == "Search the catalogue."
+    assert search.parameters["required"] == ["query"]
+    assert set(search.parameters["properties"]) == {"query", "limit"}
+    assert search.validate({"query": "tea"}) == {"query": "tea", "limit": 5}

@@ -1,0 +1,216 @@
+"""The SQLite store: schema, ownership, fencing, durability modes, growth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+import stead
+from stead.store.sqlite import SCHEMA_VERSION
+from stead.testing import ScriptedModel
+
+
+def _app(turns: list[object] | None = None) -> stead.App:
+    model = ScriptedModel(turns or ["ok"])  # type: ignore[arg-type]
+    return stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+
+
+async def test_schema_is_created_with_a_version_row_and_wal(db: str) -> None:
+    async with await _app().open(stead.SqliteStore(db)):
+        pass
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT schema_version, owner_token FROM stead_meta").fetchone() == (
+        SCHEMA_VERSION,
+        None,
+    )
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"stead_runs", "stead_operations", "stead_events", "stead_blobs"} <= tables
+    conn.close()
+
+
+async def test_a_database_newer_than_the_library_is_refused(db: str) -> None:
+    async with await _app().open(stead.SqliteStore(db)):
+        pass
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE stead_meta SET schema_version = ?", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(
+        stead.SchemaVersionError,
+        match=f"schema version {SCHEMA_VERSION + 1}, newer than this stead reads",
+    ):
+        await _app().open(stead.SqliteStore(db))
+
+
+async def test_a_foreign_sqlite_file_is_refused(db: str) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE mine (x)")
+    conn.close()
+    with pytest.raises(stead.StorageError, match="holds other tables"):
+        await _app().open(stead.SqliteStore(db))
+
+
+async def test_a_second_live_owner_is_refused_naming_pid_and_host(db: str) -> None:
+    async with await _app().open(stead.SqliteStore(db)):
+        with pytest.raises(stead.OwnershipError) as caught:
+            await _app().open(stead.SqliteStore(db))
+    assert f"pid {os.getpid()}" in str(caught.value)
+    assert socket.gethostname() in str(caught.value)
+    # after close, the file can be opened again
+    async with await _app().open(stead.SqliteStore(db)):
+        pass
+
+
+async def test_another_process_is_refused_while_the_owner_lives(db: str) -> None:
+    async with await _app().open(stead.SqliteStore(db)):
+        code = (
+            "import asyncio, stead\n"
+            "from stead.testing import ScriptedModel\n"
+            "app = stead.App(agents=[stead.Agent(id='a', version='1', "
+            "model=ScriptedModel(['x']))])\n"
+            "try:\n"
+            f"    asyncio.run(app.open(stead.SqliteStore({db!r})))\n"
+            "except stead.OwnershipError as e:\n"
+            "    print('refused:', e)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+    assert out.stdout.startswith("refused:"), out.stderr
+    assert f"pid {os.getpid()}" in out.stdout
+
+
+async def test_an_owner_whose_pid_is_gone_is_replaced(db: str) -> None:
+    async with await _app().open(stead.SqliteStore(db)):
+        pass
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "UPDATE stead_meta SET owner_token = 't', owner_pid = ?, owner_host = ?",
+        (dead.pid, socket.gethostname()),
+    )
+    conn.commit()
+    conn.close()
+    store = stead.SqliteStore(db)
+    async with await _app().open(store):
+        assert store.open_info is not None and store.open_info.previous_owner_crashed
+
+
+async def test_a_replaced_owner_can_commit_nothing(db: str) -> None:
+    fatal: list[stead.StorageError] = []
+    store = stead.SqliteStore(db)
+    runtime = await stead.runtime.runtime.Runtime.open(_app(), store, on_fatal_error=fatal.append)
+    conn = sqlite3.connect(db, timeout=5)
+    conn.execute("UPDATE stead_meta SET owner_token = 'usurper'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(stead.StorageError, match="no longer owns"):
+        await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+    with pytest.raises(stead.StorageError, match="no longer owns"):  # poisoned from now on
+        await runtime.list_runs()
+    await asyncio.sleep(0)
+    assert len(fatal) == 1
+    await runtime.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM stead_runs").fetchone() == (0,)
+    conn.close()
+
+
+async def test_memory_store_works_for_tests() -> None:
+    async with await _app(["hello"]).open(stead.SqliteStore(":memory:")) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "hello"
+
+
+def test_store_arguments_are_validated(tmp_path: object) -> None:
+    with pytest.raises(stead.ValidationError, match="fsync must be 'barriers' or 'always'"):
+        stead.SqliteStore(":memory:", fsync="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(stead.ValidationError, match="does not exist"):
+        stead.SqliteStore("/no/such/folder/stead.db")
+    with pytest.raises(stead.ValidationError, match="blank"):
+        stead.SqliteStore(" ")
+
+
+@pytest.mark.parametrize("fsync", ["barriers", "always"])
+async def test_concurrent_runs_share_commits(db: str, fsync: str) -> None:
+    """Group commit: 50 concurrent runs need far fewer commits than writes."""
+    app = _app()
+    store = stead.SqliteStore(db, fsync=fsync)  # type: ignore[arg-type]
+    commits = 0
+    async with await app.open(store, max_concurrent_runs=50) as runtime:
+        original = store.commit
+
+        def counting(tx):  # type: ignore[no-untyped-def]
+            nonlocal commits
+            commits += 1
+            return original(tx)
+
+        store.commit = counting  # type: ignore[method-assign]
+        runs = await asyncio.gather(
+            *(
+                runtime.submit("a", session_id=f"s{i}", request_id="r", prompt="go")
+                for i in range(50)
+            )
+        )
+        await asyncio.gather(*(r.result() for r in runs))
+    events = sqlite3.connect(db).execute("SELECT COUNT(*) FROM stead_events").fetchone()[0]
+    assert events == 50 * 5
+    assert commits < events / 2
+
+
+async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> None:
+    """Each message is stored once: 100 turns cost about twice 50 turns, and the file stays
+    within a small factor of the unique content."""
+    from pathlib import Path
+
+    sizes = {}
+    for turns in (50, 100):
+        db = str(Path(str(tmp_path)) / f"growth{turns}.db")
+        content = 0
+
+        @stead.tool(recovery="safe")
+        def note(text: str) -> str:
+            """Store a note."""
+            return text.upper()
+
+        script: list[object] = []
+        for i in range(turns):
+            text = f"turn {i:04d} " + "lorem ipsum dolor sit amet " * 20
+            content += len(text) + len(text.upper())  # the argument and the result
+            script.append([stead.ToolCall(name="note", arguments={"text": text}, id=f"n{i}")])
+        script.append("done")
+        app = stead.App(
+            agents=[
+                stead.Agent(
+                    id="a",
+                    version="1",
+                    max_turns=turns + 1,
+                    model=ScriptedModel(script),
+                    tools=[note],
+                )
+            ]
+        )
+        async with await app.open(stead.SqliteStore(db)) as runtime:
+            run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+            await run.result()
+        conn = sqlite3.connect(db)
+        conn.execute("VACUUM")
+        size = (
+            conn.execute("PRAGMA page_count").fetchone()[0]
+            * conn.execute("PRAGMA page_size").fetchone()[0]
+        )
+        conn.close()
+        sizes[turns] = (size, content)
+    (small, _), (large, content) = sizes[50], sizes[100]
+    assert large / small < 2.3  # linear, not quadratic
+    # Where the bytes go: each argument and each result is kept twice (in its operation, and in
+    # the message the model sees), plus row and index overhead; about 6x at this message size.
+    assert large < 8 * content, (large, content)
