@@ -101,7 +101,7 @@ class RunJournal:
 
     def write(self, fn: Callable[[SqliteTx], Any], *, barrier: bool = False) -> asyncio.Future[Any]:
         """Queue a write. Safe writes need not be awaited: order is kept by the writer."""
-        future = self.store.submit(fn, barrier=barrier)
+        future = self.store.submit(fn, barrier=barrier, checked=False)
         future.add_done_callback(_consume)
         self._last_write = future
         return future

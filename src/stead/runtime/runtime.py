@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
+from ..agent.agent import Agent
 from ..agent.loop import run_agent_loop
 from ..errors import (
     ConflictError,
@@ -236,12 +237,12 @@ class Runtime:
 
         run_id = new_id("run")
 
-        def job(tx: SqliteTx) -> str:
+        def job(tx: SqliteTx) -> tuple[str, bool]:
             found = tx.find_request(session_id, request_id)
             if found is not None:
                 existing, existing_digest = found
                 if existing_digest == submission:
-                    return existing.id
+                    return existing.id, False
                 raise ConflictError(
                     f"request {request_id!r} of session {session_id!r} already belongs to run "
                     f"{existing.id} with a different submission; use a new request_id for new "
@@ -283,10 +284,13 @@ class Runtime:
                     "status": status.value,
                 },
             )
-            return run_id
+            return run_id, status == RunStatus.PENDING
 
-        result_id = await self.store.submit(job, barrier=True)
-        self._wake.set()
+        result_id, ready = await self.store.submit(job, barrier=True)
+        if ready and self._resumed and len(self._active) < self.max_concurrent_runs:
+            self._start(result_id)  # at its session's head: no need to ask the scheduler
+        else:
+            self._wake.set()
         return RunHandle(self, result_id)
 
     def get_run(self, run_id: str) -> RunHandle:
@@ -356,9 +360,12 @@ class Runtime:
             except StorageError:
                 return
             for run in runs:
-                if run.id not in self._active:
-                    task = asyncio.create_task(self._execute(run.id), name=f"stead-run:{run.id}")
-                    self._active[run.id] = task
+                self._start(run.id)
+
+    def _start(self, run_id: str) -> None:
+        if run_id not in self._active and self._fatal is None and not self._closed:
+            task = asyncio.create_task(self._execute(run_id), name=f"stead-run:{run_id}")
+            self._active[run_id] = task
 
     async def _execute(self, run_id: str) -> None:
         try:
@@ -373,21 +380,19 @@ class Runtime:
                 self._wake.set()
 
     async def _execute_run(self, run_id: str) -> None:
-        run = await self.store.submit(lambda tx: tx.get_run(run_id), read_only=True)
-        if run is None or run.status.value not in RUNNABLE_STATUSES:
-            return
-        agent = self.app.find(run.agent_id, run.version)
-        if agent is None:
-            reason = (
-                f"agent {run.agent_id!r} version {run.version!r} is not registered in "
-                "this runtime; register that version (App.register) and retry() the run"
-            )
-            await self._stop(run_id, RunStatus.NEEDS_ATTENTION, reason, None)
-            return
+        find = self.app.find
 
-        def begin(tx: SqliteTx) -> tuple[Run, list[Operation], list[str]] | None:
+        def begin(tx: SqliteTx) -> tuple[Agent, Run, list[Operation], list[str]] | None:
             current = tx.get_run(run_id)
             if current is None or current.status.value not in RUNNABLE_STATUSES:
+                return None
+            agent = find(current.agent_id, current.version)
+            if agent is None:
+                reason = (
+                    f"agent {current.agent_id!r} version {current.version!r} is not registered "
+                    "in this runtime; register that version (App.register) and retry() the run"
+                )
+                _record_stop(tx, run_id, RunStatus.NEEDS_ATTENTION, reason, None)
                 return None
             fields: dict[str, Any] = {"status": RunStatus.RUNNING}
             head, length = current.history_head, current.history_length
@@ -409,12 +414,12 @@ class Runtime:
             refreshed = tx.get_run(run_id)
             assert refreshed is not None
             operations = [_attach_message(tx, op) for op in tx.operations(run_id)]
-            return refreshed, operations, tx.history(head, length or 0)
+            return agent, refreshed, operations, tx.history(head, length or 0)
 
         begun = await self.store.submit(begin)
         if begun is None:
             return
-        run, operations, history = begun
+        agent, run, operations, history = begun
         journal = RunJournal(
             self.store,
             run,
@@ -461,23 +466,12 @@ class Runtime:
     async def _stop(
         self, run_id: str, status: RunStatus, reason: str, operation: str | None
     ) -> None:
-        def job(tx: SqliteTx) -> None:
-            current = tx.get_run(run_id)
-            if current is None or current.status.terminal:
-                return
-            tx.update_run(
-                run_id,
-                status=status,
-                error={"reason": reason, "operation": operation},
-                blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
-                finished_at=tx.now() if status.terminal else None,
-            )
-            data: dict[str, JSON] = {"status": status.value, "reason": reason}
-            if operation is not None:
-                data["operation"] = operation
-            tx.append_event(run_id, "status", data)
-
-        await self.store.submit(job, barrier=True)
+        await self.store.submit(
+            functools.partial(
+                _record_stop, run_id=run_id, status=status, reason=reason, operation=operation
+            ),
+            barrier=True,
+        )
 
     # -- commits, subscribers, failures ------------------------------------------------------
 
@@ -524,26 +518,27 @@ class Runtime:
             self._check()
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(run_id, []).append(waiter)
-            run = await self._read_run(run_id)
+            found = await self.store.submit(
+                functools.partial(_read_outcome, run_id=run_id), read_only=True
+            )
+            if found is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            run, bodies = found
             if run.status.terminal:
                 waiters = self._waiters.get(run_id, [])
                 if waiter in waiters:
                     waiters.remove(waiter)
                     if not waiters:
                         self._waiters.pop(run_id, None)
-                return await self._outcome(run)
+                return self._outcome(run, bodies)
             await waiter
 
-    async def _outcome(self, run: Run) -> RunOutcome:
+    def _outcome(self, run: Run, bodies: list[str]) -> RunOutcome:
         if run.status == RunStatus.FAILED:
             raise RunFailed(run.id, (run.error or {}).get("reason", "unknown reason"))
         if run.status == RunStatus.CANCELLED:
             raise RunCancelled(run.id, (run.error or {}).get("reason"))
         outcome = run.outcome or {}
-        reference = outcome["messages"]
-        bodies = await self.store.submit(
-            lambda tx: tx.history(reference["head"], reference["length"]), read_only=True
-        )
         messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"] :]]
         return RunOutcome(
             run_id=run.id,
@@ -739,6 +734,36 @@ class Runtime:
             if task is not None:
                 task.cancel()
             self._wake.set()
+
+
+def _record_stop(
+    tx: SqliteTx, run_id: str, status: RunStatus, reason: str, operation: str | None
+) -> None:
+    """End an execution short of an outcome: needs_attention, failed (not if already terminal)."""
+    current = tx.get_run(run_id)
+    if current is None or current.status.terminal:
+        return
+    tx.update_run(
+        run_id,
+        status=status,
+        error={"reason": reason, "operation": operation},
+        blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
+        finished_at=tx.now() if status.terminal else None,
+    )
+    data: dict[str, JSON] = {"status": status.value, "reason": reason}
+    if operation is not None:
+        data["operation"] = operation
+    tx.append_event(run_id, "status", data)
+
+
+def _read_outcome(tx: SqliteTx, *, run_id: str) -> tuple[Run, list[str]] | None:
+    run = tx.get_run(run_id)
+    if run is None:
+        return None
+    if run.status != RunStatus.COMPLETED or run.outcome is None:
+        return run, []
+    reference = run.outcome["messages"]
+    return run, tx.history(reference["head"], reference["length"])
 
 
 def _events_page(tx: SqliteTx, *, run_id: str, after: int) -> list[Event]:

@@ -49,6 +49,7 @@ class Job(Generic[T]):
     future: asyncio.Future[T]
     barrier: bool
     read_only: bool
+    checked: bool
     result: Any = None
     error: BaseException | None = None
 
@@ -82,15 +83,21 @@ class Writer:
         self._thread.start()
 
     def submit(
-        self, fn: Callable[[Any], T], *, barrier: bool = False, read_only: bool = False
+        self,
+        fn: Callable[[Any], T],
+        *,
+        barrier: bool = False,
+        read_only: bool = False,
+        checked: bool = True,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)``; the future resolves after its batch commits (and, for a barrier, is
-        on disk)."""
+        on disk). A ``checked`` job may raise a :class:`SteadError` as its answer, which undoes
+        its writes alone (a savepoint); an unchecked job's failure poisons the store."""
         future: asyncio.Future[T] = self._loop.create_future()
         if self.poisoned is not None:
             future.set_exception(self.poisoned)
             return future
-        self._queue.put(Job(fn, future, barrier, read_only))
+        self._queue.put(Job(fn, future, barrier, read_only, checked))
         return future
 
     def stop(self) -> None:
@@ -145,8 +152,9 @@ class Writer:
                 tx = self._backend.begin(durable=durable)
                 try:
                     for job in batch:
-                        if job.read_only:
-                            self._call(tx, job)
+                        if job.read_only or not job.checked:
+                            if not self._call(tx, job) and not job.read_only:
+                                raise StorageError(f"an internal write failed: {job.error}")
                             continue
                         self._backend.savepoint(tx)
                         if self._call(tx, job):

@@ -279,11 +279,17 @@ class SqliteStore:
         return int(row[0]) if row else 0
 
     def submit(
-        self, fn: Callable[[SqliteTx], T], *, barrier: bool = False, read_only: bool = False
+        self,
+        fn: Callable[[SqliteTx], T],
+        *,
+        barrier: bool = False,
+        read_only: bool = False,
+        checked: bool = True,
     ) -> asyncio.Future[T]:
+        """Queue a transaction job on the writer (see ``_writer.Writer.submit``)."""
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
-        return self._writer.submit(fn, barrier=barrier, read_only=read_only)
+        return self._writer.submit(fn, barrier=barrier, read_only=read_only, checked=checked)
 
     def release(self) -> None:
         """Finish queued writes, flush, give up ownership and close (blocking)."""

@@ -115,14 +115,23 @@ class SqliteTx:
         self.events: list[Event] = []
         self._mark: tuple[int, int] = (next_sequence, 0)
         self._now: datetime | None = None
+        self._stamp = ""
 
     # -- transaction plumbing ----------------------------------------------------------------
 
     def now(self) -> datetime:
-        """One timestamp per job, so every record a job writes carries the same time."""
+        """One timestamp per checked job (or per batch of journal writes), so the records
+        written together carry the same time."""
         if self._now is None:
             self._now = self.clock.now()
+            self._stamp = iso(self._now)
         return self._now
+
+    def stamp(self) -> str:
+        """:meth:`now` in its storage form."""
+        if self._now is None:
+            self.now()
+        return self._stamp
 
     def savepoint(self) -> None:
         self.conn.execute("SAVEPOINT job")
@@ -199,7 +208,7 @@ class SqliteTx:
         input: JSON,
         submission_digest: str,
     ) -> Run:
-        now = iso(self.now())
+        now = self.stamp()
         cursor = self.conn.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, target, version, status, "
             "input, submission_digest, created_at, updated_at) "
@@ -226,7 +235,7 @@ class SqliteTx:
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
-        assignments, values = ["updated_at = ?"], [iso(self.now())]
+        assignments, values = ["updated_at = ?"], [self.stamp()]
         for name, value in fields.items():
             if name not in _UPDATABLE_RUN_FIELDS:
                 raise ValueError(f"stead_runs.{name} cannot be updated")
@@ -320,7 +329,7 @@ class SqliteTx:
         input_hash: str,
         input: JSON,
     ) -> None:
-        now = iso(self.now())
+        now = self.stamp()
         self.conn.execute(
             "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
             "input_hash, input, attempts, created_at, updated_at) "
@@ -333,7 +342,7 @@ class SqliteTx:
         self.conn.execute(
             "UPDATE stead_operations SET attempts = ?, rerun = 0, updated_at = ? "
             "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (attempts, iso(self.now()), run_id, key),
+            (attempts, self.stamp(), run_id, key),
         )
 
     def complete_operation(self, run_id: str, key: str, result: JSON) -> bool:
@@ -341,7 +350,7 @@ class SqliteTx:
         cursor = self.conn.execute(
             "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
             "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (dumps(result), iso(self.now()), run_id, key),
+            (dumps(result), self.stamp(), run_id, key),
         )
         return cursor.rowcount == 1
 
@@ -349,7 +358,7 @@ class SqliteTx:
         self.conn.execute(
             "UPDATE stead_operations SET rerun = 1, updated_at = ? "
             "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (iso(self.now()), run_id, key),
+            (self.stamp(), run_id, key),
         )
 
     def copy_operations(self, source_run_id: str, target_run_id: str, keys: Sequence[str]) -> None:
@@ -372,7 +381,7 @@ class SqliteTx:
         self.conn.execute(
             "INSERT INTO stead_events (sequence, run_id, type, data, created_at) "
             "VALUES (?, ?, ?, ?, ?)",
-            (sequence, run_id, type, dumps(data), iso(now)),
+            (sequence, run_id, type, dumps(data), self.stamp()),
         )
         self.next_sequence = sequence + 1
         event = Event(sequence=sequence, run_id=run_id, type=type, data=data, created_at=now)

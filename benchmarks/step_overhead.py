@@ -1,0 +1,157 @@
+"""Wall time per durable step, against a bare SQLite commit measured in the same process run.
+
+    python benchmarks/step_overhead.py [--steps 200] [--dir PATH]
+
+Rows:
+* bare commit: one INSERT + COMMIT on SQLite in WAL mode with ``synchronous=FULL``, the floor
+  every durable system on SQLite pays per write it makes durable.
+* safe steps: one sequential run whose model calls and tools are ``safe``.
+* manual tools: one sequential run whose tools are ``manual`` (intent and result on disk).
+Each stead row is run with ``fsync="barriers"`` (the default) and ``fsync="always"``, and printed
+as a ratio to the bare commit. Last, durable steps per second with 100 concurrent runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import stead
+from stead.testing import ScriptedModel
+
+TARGETS = {
+    ("safe", "barriers"): 0.5,
+    ("safe", "always"): 1.25,
+    ("manual", "barriers"): 1.5,
+}
+CONCURRENT_TARGET = 5_000
+
+
+def bare_commit_ms(folder: Path, count: int = 2000) -> float:
+    path = folder / f"bare-{time.perf_counter_ns()}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+    body = "x" * 200
+    start = time.perf_counter()
+    for _ in range(count):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (body) VALUES (?)", (body,))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed / count * 1000
+
+
+def make_app(tool_calls: int, recovery: str) -> stead.App:
+    @stead.tool(name="lookup", recovery=recovery)  # type: ignore[call-overload]
+    async def lookup(i: int) -> dict[str, int]:
+        """Look something up."""
+        return {"i": i}
+
+    script: list[object] = [
+        [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")] for n in range(tool_calls)
+    ]
+    script.append("done")
+    agent = stead.Agent(
+        id="bench",
+        version="1",
+        model=ScriptedModel(script),  # type: ignore[arg-type]
+        instructions="Look things up.",
+        tools=[lookup],
+        max_turns=tool_calls + 1,
+    )
+    return stead.App(agents=[agent])
+
+
+async def sequential_ms(folder: Path, tool_calls: int, recovery: str, fsync: str) -> float:
+    """ms per durable step of one run of ``tool_calls`` tool calls (2 * tool_calls + 1 steps)."""
+    app = make_app(tool_calls, recovery)
+    path = folder / f"seq-{recovery}-{fsync}-{time.perf_counter_ns()}.db"
+    store = stead.SqliteStore(path, fsync=fsync)  # type: ignore[arg-type]
+    async with await app.open(store) as runtime:
+        start = time.perf_counter()
+        run = await runtime.submit("bench", session_id="s", request_id="r", prompt="go")
+        outcome = await run.result()
+        elapsed = time.perf_counter() - start
+    assert outcome.output == "done"
+    return elapsed / (2 * tool_calls + 1) * 1000
+
+
+async def concurrent_steps_per_second(folder: Path, runs: int, tool_calls: int) -> float:
+    app = make_app(tool_calls, "safe")
+    store = stead.SqliteStore(folder / "concurrent.db")
+    async with await app.open(store, max_concurrent_runs=runs) as runtime:
+        start = time.perf_counter()
+        handles = await asyncio.gather(
+            *(
+                runtime.submit("bench", session_id=f"s{i}", request_id="r", prompt="go")
+                for i in range(runs)
+            )
+        )
+        outcomes = await asyncio.gather(*(h.result() for h in handles))
+        elapsed = time.perf_counter() - start
+    assert all(o.output == "done" for o in outcomes)
+    return runs * (2 * tool_calls + 1) / elapsed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200, help="tool calls per sequential run")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per row (median)")
+    parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
+        folder = Path(tmp)
+        bare = statistics.median([bare_commit_ms(folder) for _ in range(3)])
+        table = Table("row", "fsync", "ms/step", "× bare commit", "target", "")
+        table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "", "")
+        await sequential_ms(folder, 20, "safe", "barriers")  # warm-up
+        for recovery, fsync in (
+            ("safe", "barriers"),
+            ("safe", "always"),
+            ("manual", "barriers"),
+            ("manual", "always"),
+        ):
+            steps = args.steps if recovery == "safe" else args.steps // 2
+            ms = statistics.median(
+                [await sequential_ms(folder, steps, recovery, fsync) for _ in range(args.repeat)]
+            )
+            ratio = ms / bare
+            target = TARGETS.get((recovery, fsync))
+            verdict = "" if target is None else ("PASS" if ratio <= target else "MISS")
+            table.add_row(
+                f"{recovery} steps" if recovery == "safe" else "manual tools run",
+                fsync,
+                f"{ms:.3f}",
+                f"{ratio:.2f}",
+                f"≤ {target}" if target else "",
+                verdict,
+            )
+        console.print(table)
+        rate = await concurrent_steps_per_second(folder, 100, 10)
+        verdict = "PASS" if rate >= CONCURRENT_TARGET else "MISS"
+        console.print(
+            f"100 concurrent runs (10 tool calls each): [bold]{rate:,.0f}[/] durable "
+            f"steps/s (target ≥ {CONCURRENT_TARGET:,}: {verdict})"
+        )
+        console.print(
+            f"[dim]Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
+            f"{os.cpu_count()} CPUs, databases in {folder}[/]"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
