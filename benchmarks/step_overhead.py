@@ -116,7 +116,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
         folder = Path(tmp)
         bare = statistics.median([bare_commit_ms(folder) for _ in range(3)])
-        table = Table("row", "fsync", "ms/step", "× bare commit", "target", "")
+        table = Table("row", "fsync", "ms/step", "x bare commit", "target", "")
         table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "", "")
         await sequential_ms(folder, 20, "safe", "barriers")  # warm-up
         for recovery, fsync in (
