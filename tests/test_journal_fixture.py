@@ -1,0 +1,46 @@
+"""A journal written by stead 0.1 (tests/fixtures/journal-v1.sqlite) still reads and resumes."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import stead
+
+from .fixtures import journal_v1_app
+from .fixtures.journal_v1_app import build_app
+
+FIXTURE = Path(__file__).parent / "fixtures" / "journal-v1.sqlite"
+
+
+async def test_a_version_1_journal_resumes(tmp_path: Path) -> None:
+    db = tmp_path / "journal.sqlite"
+    shutil.copy(FIXTURE, db)
+    journal_v1_app.LEDGER.clear()
+    app = build_app()
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        done = (await runtime.list_runs(session_id="fixture-done")).runs[0]
+        crashed = (await runtime.list_runs(session_id="fixture-crash")).runs[0]
+        # the interrupted idempotent refund runs again with its original operation id
+        outcome = await runtime.get_run(crashed.id).result()
+        assert outcome.output == "Refunded 49.00 for order 17."
+        assert journal_v1_app.LEDGER == [f"{crashed.id}/tool:2:pay"]
+        ops = {op.key: op for op in (await runtime.get_run(crashed.id).snapshot()).operations}
+        assert ops["tool:2:pay"].attempts == 2 and ops["tool:2:pay"].status == "completed"
+        assert ops["model:2"].attempts == 1  # committed results were replayed, not redone
+        # the completed run still answers from its stored outcome
+        stored = await runtime.get_run(done.id).result()
+        assert stored.output == "Refunded 49.00 for order 17."
+        assert [m.kind for m in stored.messages][0] == "user"
+        again = await runtime.submit(
+            "support",
+            session_id="fixture-done",
+            request_id="msg-1",
+            prompt="Please refund order 17.",
+        )
+        assert again.id == done.id
+    conn = sqlite3.connect(db)
+    sequences = [r[0] for r in conn.execute("SELECT sequence FROM stead_events ORDER BY 1")]
+    conn.close()
+    assert sequences == list(range(1, len(sequences) + 1))
