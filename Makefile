@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "stead needs Python 3.11 or newer on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,openai,anthropic]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

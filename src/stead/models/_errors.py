@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -28,6 +29,7 @@ from ..errors import ModelError, SteadError
 __all__ = [
     "MissingExtraError",
     "connection_error",
+    "is_transport_error",
     "parse_arguments",
     "retry_after_seconds",
     "status_error",
@@ -153,13 +155,27 @@ def connection_error(*, provider: str, model: str, detail: str, timed_out: bool)
         what = f"the request to {provider} ({model}) timed out: {detail}"
         todo = "raise the timeout in settings= if responses are legitimately slow"
     else:
-        what = f"could not reach {provider} ({model}): {detail}"
+        what = f"the connection to {provider} ({model}) failed: {detail}"
         todo = "check the network and base_url"
     return ModelError(
         f"{what}. Retryable: the agent's model_retry policy applies; if it persists, {todo}.",
         provider=provider,
         retryable=True,
     )
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a network failure of the HTTP library under the SDK.
+
+    Some SDK releases let such errors escape unwrapped while a stream is being read. The SDKs
+    run on ``httpx2`` (current) or ``httpx`` (older); whichever is loaded is checked, and
+    neither is imported here.
+    """
+    for name in ("httpx2", "httpx"):
+        error = getattr(sys.modules.get(name), "TransportError", None)
+        if isinstance(error, type) and isinstance(exc, error):
+            return True
+    return False
 
 
 def parse_arguments(raw: str, *, tool: str, provider: str, model: str) -> dict[str, Any]:

@@ -31,7 +31,13 @@ from ..messages import (
     Usage,
     UserMessage,
 )
-from ._errors import MissingExtraError, connection_error, parse_arguments, status_error
+from ._errors import (
+    MissingExtraError,
+    connection_error,
+    is_transport_error,
+    parse_arguments,
+    status_error,
+)
 
 try:
     import openai
@@ -55,16 +61,17 @@ DEFAULT_TIMEOUT = 600.0
 """Seconds one model call may take (the SDK's own default, made explicit)."""
 
 _KEY_ENV = "OPENAI_API_KEY"
+_REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query"})
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 
 
 class OpenAIModel:
     """A model served through the Chat Completions API.
 
-    ``settings`` are passed to every ``chat.completions.create`` call (``temperature``,
-    ``max_completion_tokens``, ``reasoning_effort``, ``parallel_tool_calls``, ``timeout``...).
-    The client is created on first use, so resolving a model (or replaying a finished run)
-    needs no API key.
+    ``settings`` go into the body of every request as given (``temperature``,
+    ``max_completion_tokens``, ``reasoning_effort``, ``parallel_tool_calls``...), except the
+    per-call options ``timeout``, ``extra_headers`` and ``extra_query``. The client is created
+    on first use, so resolving a model (or replaying a finished run) needs no API key.
     """
 
     def __init__(
@@ -131,6 +138,12 @@ class OpenAIModel:
                         yield delta
         except openai.APIError as exc:
             raise self._error(exc) from exc
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise connection_error(
+                provider=self.provider, model=self._label, detail=str(exc), timed_out=False
+            ) from exc
         yield assembly.response()
 
     def _get_client(self) -> openai.AsyncOpenAI:
@@ -151,7 +164,7 @@ class OpenAIModel:
         return self._client
 
     def _extra(self, request: ModelRequest) -> dict[str, Any]:
-        extra: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT, **self.settings}
+        extra = _call_options(self.settings)
         if request.tools:
             extra["tools"] = [_tool(spec) for spec in request.tools]
         return extra
@@ -315,3 +328,20 @@ def _usage(usage: CompletionUsage | None) -> Usage:
         cache_read_tokens=cached,
         requests=1,
     )
+
+
+def _call_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-call SDK options from ``settings``: request options as they are, every other key
+    into the JSON body (so parameters newer or older than the installed SDK still work)."""
+    options: dict[str, Any] = {"timeout": DEFAULT_TIMEOUT}
+    body: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in _REQUEST_OPTIONS:
+            options[key] = value
+        elif key == "extra_body":
+            body.update(value)
+        else:
+            body[key] = value
+    if body:
+        options["extra_body"] = body
+    return options
