@@ -421,7 +421,9 @@ def test_definitions_are_validated_at_registration() -> None:
     with pytest.raises(stead.ValidationError, match="version must be a non-blank"):
         stead.Agent(id="a", version=" ", model=ScriptedModel(["x"]))
     with pytest.raises(stead.ValidationError, match="has no complete"):
-        stead.Agent(id="a", version="1", model="gpt")  # type: ignore[arg-type]
+        stead.Agent(id="a", version="1", model=object())  # type: ignore[arg-type]
+    with pytest.raises(stead.ValidationError, match="unknown model 'gpt': use 'openai:<model>'"):
+        stead.Agent(id="a", version="1", model="gpt")
     with pytest.raises(stead.ValidationError, match="recovery must be one of"):
         stead.tool(recovery="sometimes")(lambda: None)  # type: ignore[call-overload]
     with pytest.raises(stead.ValidationError, match="needs a type hint"):

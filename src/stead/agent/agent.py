@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ValidationError
 from ..models import Model
+from .policies import Budget, Retry
 from .tools import Tool
 
 __all__ = ["Agent"]
@@ -23,16 +24,22 @@ class Agent:
 
     id: str
     version: str
-    model: Model
+    model: Model | str
     instructions: str = ""
     tools: Sequence[Tool] = field(default_factory=tuple)
     max_turns: int = 20
+    model_retry: Retry | None = field(default_factory=Retry)
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         for name in ("id", "version"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValidationError(f"Agent {name} must be a non-blank string, got {value!r}")
+        if isinstance(self.model, str):
+            from ..models.registry import resolve_model
+
+            object.__setattr__(self, "model", resolve_model(self.model))
         if not callable(getattr(self.model, "complete", None)):
             raise ValidationError(
                 f"agent {self.id!r}: model {self.model!r} has no complete(request) method; pass "
@@ -49,6 +56,10 @@ class Agent:
             raise ValidationError(
                 f"agent {self.id!r}: max_turns must be a positive integer, got {self.max_turns!r}"
             )
+        if self.model_retry is not None and not isinstance(self.model_retry, Retry):
+            raise ValidationError(f"agent {self.id!r}: model_retry must be a stead.Retry or None")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ValidationError(f"agent {self.id!r}: budget must be a stead.Budget or None")
         tools = tuple(self.tools)
         seen: set[str] = set()
         for item in tools:

@@ -1,9 +1,9 @@
 """The agent loop as a durable run (DESIGN §4).
 
-request → ``model:<turn>`` → for each tool call (concurrently): validate, then
-``tool:<turn>:<call_id>`` → append results → next turn, until a response without tool calls (the
-outcome) or ``max_turns`` (failed). Every step goes through the journal, so re-executing this
-function after a crash replays committed results and continues where the run stopped.
+request → ``model:<turn>`` → for each tool call (concurrently): validate, pass the approval gate,
+then ``tool:<turn>:<call_id>`` → append results → next turn, until a response without tool calls
+(the outcome) or ``max_turns`` (failed). Every step goes through the journal, so re-executing
+this function after a crash replays committed results and continues where the run stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import pydantic
 
 from .._json import JSON, NotJSONError, canonical, digest_text, dumps, to_json
+from ..errors import ModelError
 from ..messages import (
     AssistantMessage,
     ModelRequest,
@@ -28,15 +29,19 @@ from ..messages import (
     message_to_json,
 )
 from ..models import model_id
-from ..runtime.control import Blocked, Failed, Stop
+from ..runtime.control import Blocked, Failed, RetryLater, Stop, Waiting
 from ..runtime.journal import RunJournal, write_messages
+from ..store.records import Interaction
 from ..store.sqlite_tx import SqliteTx
 from .agent import Agent
-from .tools import ModelRetry, ToolContext
+from .interactions import ApprovalRequired
+from .tools import ModelRetry, Tool, ToolContext
 
 __all__ = ["AgentOutcome", "run_agent_loop"]
 
 _EVENT_PREVIEW = 200
+#: Which stop wins when the calls of one turn stop differently.
+_PRECEDENCE: tuple[type[Stop], ...] = (Blocked, Failed, RetryLater, Waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +62,21 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
     turn = 0
     while True:
         turn += 1
+        key = f"model:{turn}"
         if turn > agent.max_turns:
             raise Failed(
                 f"max_turns ({agent.max_turns}) reached without a final answer; raise "
-                "the agent's max_turns (as a new version) and retry()"
+                "the agent's max_turns (as a new version) and retry()",
+                kind="max_turns",
             )
+        if key not in journal.operations:
+            _check_budget(agent, journal, turn, name)
         request = ModelRequest(
             messages=tuple(conversation.messages),
             instructions=agent.instructions,
             tools=tool_specs,
             turn=turn,
         )
-        key = f"model:{turn}"
         pending = conversation.take_pending()
         write_context = not context_written
         context_written = True
@@ -81,54 +89,6 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             write_messages(tx, pending)
 
         fresh: list[AssistantMessage] = []
-
-        async def call_model(
-            attempt: int,
-            request: ModelRequest = request,
-            key: str = key,
-            fresh: list[AssistantMessage] = fresh,
-            turn: int = turn,
-        ) -> JSON:
-            try:
-                response = await agent.model.complete(request)
-            except asyncio.CancelledError:
-                raise
-            except Stop:
-                raise
-            except Exception as exc:
-                raise Failed(
-                    f"model call {key} failed: {type(exc).__name__}: {exc}", operation=key
-                ) from exc
-            if not isinstance(response, ModelResponse):
-                raise Failed(
-                    f"model {name!r} returned {type(response).__name__} at {key}, "
-                    "not a stead.ModelResponse",
-                    operation=key,
-                )
-            message = AssistantMessage(
-                text=response.text, tool_calls=_normalize_calls(response.tool_calls, turn)
-            )
-            fresh.append(message)
-            # The message itself is stored once, as a blob shared with the history chain.
-            return {
-                "message": digest_text(canonical(message_to_json(message))),
-                "usage": response.usage.to_json(),
-                "model": response.model,
-                "finish_reason": response.finish_reason,
-            }
-
-        def result_writes(result: JSON, fresh: list[AssistantMessage] = fresh) -> Any:
-            body = canonical(message_to_json(fresh[-1]))
-            total = (
-                journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
-            ).to_json()
-
-            def write(tx: SqliteTx) -> None:
-                tx.put_blob(body)
-                tx.update_run(journal.run.id, usage=total)
-
-            return write
-
         result = await journal.operation(
             key,
             "model",
@@ -139,11 +99,14 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                 "messages": conversation.reference(),
                 "turn": turn,
             },
-            call_model,
+            functools.partial(
+                _call_model, agent, name, request, key, fresh, _attempt_base(journal, key)
+            ),
             started=functools.partial(_model_started, key, turn),
             completed=functools.partial(_model_event, key, turn, fresh),
             prepare=prepare,
-            on_result=result_writes,
+            on_result=functools.partial(_model_writes, journal, fresh),
+            commit_intent=agent.model_retry is not None and agent.model_retry.max_attempts > 1,
         )
         if fresh:
             assistant = fresh[-1]
@@ -159,10 +122,10 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
         outcomes = await asyncio.gather(
             *(_call_tool(agent, journal, turn, call) for call in calls), return_exceptions=True
         )
-        stop: BaseException | None = None
+        stops: list[BaseException] = []
         for call, outcome in zip(calls, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                stop = stop if isinstance(stop, Blocked) else outcome
+                stops.append(outcome)
                 continue
             conversation.append(
                 ToolResultMessage(
@@ -172,8 +135,95 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                     is_error=bool(outcome["failed"]),
                 )
             )
-        if stop is not None:
-            raise stop
+        if stops:
+            raise _first_stop(stops)
+
+
+def _first_stop(stops: list[BaseException]) -> BaseException:
+    for kind in _PRECEDENCE:
+        for stop in stops:
+            if isinstance(stop, kind):
+                return stop
+    return stops[0]
+
+
+# -- model calls -------------------------------------------------------------------------------
+
+
+async def _call_model(
+    agent: Agent,
+    name: str,
+    request: ModelRequest,
+    key: str,
+    fresh: list[AssistantMessage],
+    attempt_base: int,
+    attempt: int,
+) -> JSON:
+    try:
+        response = await agent.model.complete(request)  # type: ignore[union-attr]
+    except (asyncio.CancelledError, Stop):
+        raise
+    except Exception as exc:
+        raise _model_failure(agent, key, attempt - attempt_base, exc) from exc
+    if not isinstance(response, ModelResponse):
+        raise Failed(
+            f"model {name!r} returned {type(response).__name__} at {key}, not a "
+            "stead.ModelResponse",
+            operation=key,
+            kind="model",
+        )
+    message = AssistantMessage(
+        text=response.text, tool_calls=_normalize_calls(response.tool_calls, request.turn)
+    )
+    fresh.append(message)
+    # The message itself is stored once, as a blob shared with the history chain.
+    return {
+        "message": digest_text(canonical(message_to_json(message))),
+        "usage": response.usage.to_json(),
+        "model": response.model,
+        "finish_reason": response.finish_reason,
+    }
+
+
+def _attempt_base(journal: RunJournal, key: str) -> int:
+    op = journal.operations.get(key)
+    return op.attempt_base if op is not None else 0
+
+
+def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop:
+    detail = f"{type(exc).__name__}: {exc}"
+    retryable = (
+        exc.retryable if isinstance(exc, ModelError) else isinstance(exc, OSError | TimeoutError)
+    )
+    policy = agent.model_retry
+    if not retryable or policy is None:
+        return Failed(f"model call {key} failed: {detail}", operation=key, kind="model")
+    if attempt >= policy.max_attempts:
+        return Failed(
+            f"model call {key} failed after {attempt} attempts: {detail}; retry() the run to "
+            "try again (committed results are kept)",
+            operation=key,
+            kind="model",
+        )
+    retry_after = exc.retry_after if isinstance(exc, ModelError) else None
+    return RetryLater(
+        f"model call {key} attempt {attempt} failed: {detail}",
+        operation=key,
+        delay=policy.delay(attempt, retry_after),
+        attempt=attempt,
+    )
+
+
+def _model_writes(journal: RunJournal, fresh: list[AssistantMessage], result: JSON) -> Any:
+    body = canonical(message_to_json(fresh[-1]))
+    total = (journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)).to_json()
+    run_id = journal.run.id
+
+    def write(tx: SqliteTx) -> None:
+        tx.put_blob(body)
+        tx.update_run(run_id, usage=total)
+
+    return write
 
 
 def _model_started(key: str, turn: int, attempt: int) -> JSON:
@@ -189,6 +239,54 @@ def _model_event(key: str, turn: int, fresh: list[AssistantMessage], result: JSO
         "tool_calls": [{"id": c.id, "name": c.name} for c in message.tool_calls],
         "usage": result["usage"],
     }
+
+
+def _check_budget(agent: Agent, journal: RunJournal, turn: int, name: str) -> None:
+    """Before a new model call: stop if a committed total reached the agent's budget."""
+    budget = agent.budget
+    if budget is None:
+        return
+    used = journal.usage
+    breach: tuple[str, float, float] | None = None
+    if budget.max_turns is not None and turn - 1 >= budget.max_turns:
+        breach = ("max_turns", budget.max_turns, turn - 1)
+    elif budget.max_tokens is not None and used.total_tokens >= budget.max_tokens:
+        breach = ("max_tokens", budget.max_tokens, used.total_tokens)
+    elif budget.max_cost_usd is not None:
+        from ..models.pricing import cost_usd
+
+        cost = cost_usd(name, used)
+        if cost is None:
+            raise Failed(
+                f"the budget sets max_cost_usd but there is no price for model {name!r}; add "
+                "one to stead.models.pricing or budget by max_tokens",
+                kind="budget",
+            )
+        if cost >= budget.max_cost_usd:
+            breach = ("max_cost_usd", budget.max_cost_usd, round(cost, 6))
+    if breach is None:
+        return
+    limit, bound, value = breach
+    reason = f"budget {limit} ({bound}) reached: {value} used before model:{turn}"
+    if budget.on_breach == "fail":
+        raise Failed(reason, kind="budget")
+    key = f"budget:{turn}"
+    interaction = journal.interactions.get(key)
+    if interaction is None:
+        journal.request_interaction(
+            key, "budget", payload={"limit": limit, "bound": bound, "used": value, "turn": turn}
+        )
+        raise Waiting(f"{reason}; waiting for a person to approve going on")
+    if interaction.status != "resolved":
+        raise Waiting(f"{reason}; waiting for a person to approve going on")
+    response = interaction.response or {}
+    if response.get("kind") != "approve":
+        raise Failed(
+            f"{reason}; a reviewer declined to go on: {response.get('reason')}", kind="budget"
+        )
+
+
+# -- tool calls --------------------------------------------------------------------------------
 
 
 def _normalize_calls(calls: tuple[ToolCall, ...], turn: int) -> tuple[ToolCall, ...]:
@@ -212,43 +310,103 @@ def _content(output: JSON) -> str:
     return output if isinstance(output, str) else dumps(output)
 
 
-def _failure(error: str) -> JSON:
-    return {"output": error, "failed": True, "error": error}
+def _failure(error: str, **extra: JSON) -> JSON:
+    return {"output": error, "failed": True, "error": error, **extra}
+
+
+def _success(output: JSON, **extra: JSON) -> JSON:
+    return {"output": output, "failed": False, "error": None, **extra}
 
 
 async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCall) -> JSON:
     call_id = call.id or ""
     key = f"tool:{turn}:{call_id}"
+    approval_key = f"approval:{turn}:{call_id}"
     run = journal.run
     tool = agent.tool(call.name)
-    bad_arguments: str | None = None
+    problem: str | None = None
+    validated: dict[str, Any] = {}
     try:
         arguments = to_json(dict(call.arguments))
     except NotJSONError as exc:
-        arguments, bad_arguments = {}, str(exc)
-    recovery = tool.recovery if tool is not None else "safe"
-
-    async def execute(attempt: int) -> JSON:
-        if tool is None:
-            known = ", ".join(t.name for t in agent.tools) or "none"
-            return _failure(f"unknown tool {call.name!r}; available tools: {known}")
-        if bad_arguments is not None:
-            return _failure(f"invalid arguments for tool {call.name!r}: {bad_arguments}")
+        arguments, problem = {}, f"invalid arguments for tool {call.name!r}: {exc}"
+    if tool is None:
+        known = ", ".join(t.name for t in agent.tools) or "none"
+        problem = f"unknown tool {call.name!r}; available tools: {known}"
+    elif problem is None:
         try:
             validated = tool.validate(arguments)
         except pydantic.ValidationError as exc:
-            return _failure(f"invalid arguments for tool {call.name!r}: {_validation_message(exc)}")
+            problem = f"invalid arguments for tool {call.name!r}: {_validation_message(exc)}"
+
+    interaction = journal.interactions.get(approval_key)
+    approved = False
+    if tool is not None and problem is None:
+        if tool.is_question:
+            answer = _decision(
+                journal,
+                interaction,
+                approval_key,
+                "question",
+                tool,
+                arguments,
+                {"question": arguments.get("question")},
+            )
+            return await _journal_tool(
+                journal,
+                key,
+                call,
+                "safe",
+                arguments,
+                _constant(_success(answer.get("value"), answered=True)),
+            )
+        if interaction is not None or _needs_approval(tool, validated, call):
+            decision = _decision(
+                journal, interaction, approval_key, "approval", tool, arguments, None
+            )
+            if decision.get("kind") == "deny":
+                reason = decision.get("reason") or "denied"
+                return await _journal_tool(
+                    journal,
+                    key,
+                    call,
+                    "safe",
+                    arguments,
+                    _constant(_failure(f"a reviewer denied this call: {reason}", denied=True)),
+                )
+            approved = True
+
+    async def execute(attempt: int) -> JSON:
+        if problem is not None:
+            return _failure(problem)
+        assert tool is not None
         context = ToolContext(
             run_id=run.id,
             session_id=run.session_id,
             operation_id=f"{run.id}/{key}",
             key=key,
             attempt=attempt,
+            approved=approved,
         )
         try:
             value = await tool.call(validated, context)
         except ModelRetry as exc:
             return _failure(exc.message)
+        except ApprovalRequired as exc:
+            if approved:
+                return _failure(
+                    f"tool {call.name!r} asked for approval again after it was "
+                    "approved; check ToolContext.approved before raising"
+                )
+            journal.request_interaction(
+                approval_key,
+                "approval",
+                tool=call.name,
+                arguments=arguments,
+                payload=exc.payload,
+                abandon=key,
+            )
+            raise Waiting(f"tool {call.name!r} at {key} asked for approval") from None
         except (asyncio.CancelledError, Stop):
             raise
         except Exception as exc:
@@ -262,9 +420,53 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                 f"values or pydantic models, then resolve({key!r}, output=...) or retry()",
                 operation=key,
             ) from exc
-        return {"output": output, "failed": False, "error": None}
+        return _success(output)
 
-    return await journal.operation(
+    recovery = tool.recovery if tool is not None and problem is None else "safe"
+    return await _journal_tool(journal, key, call, recovery, arguments, execute)
+
+
+def _needs_approval(tool: Tool, validated: dict[str, Any], call: ToolCall) -> bool:
+    try:
+        return tool.needs_approval(validated)
+    except Exception as exc:
+        raise Failed(
+            f"the approval predicate of tool {call.name!r} raised {type(exc).__name__}: {exc}",
+            kind="approval",
+        ) from exc
+
+
+def _decision(
+    journal: RunJournal,
+    interaction: Interaction | None,
+    key: str,
+    kind: str,
+    tool: Tool,
+    arguments: JSON,
+    payload: JSON,
+) -> dict[str, Any]:
+    """The recorded response to a gate, or stop the run to wait for one."""
+    if interaction is None:
+        journal.request_interaction(key, kind, tool=tool.name, arguments=arguments, payload=payload)
+        raise Waiting(f"{kind} {key} requested")
+    if interaction.status != "resolved" or not isinstance(interaction.response, dict):
+        raise Waiting(f"{kind} {key} is pending")
+    return interaction.response
+
+
+def _constant(result: JSON) -> Any:
+    async def execute(attempt: int) -> JSON:
+        return result
+
+    return execute
+
+
+async def _journal_tool(
+    journal: RunJournal, key: str, call: ToolCall, recovery: Any, arguments: JSON, execute: Any
+) -> JSON:
+    run_id = journal.run.id
+    call_id = call.id or ""
+    result: JSON = await journal.operation(
         key,
         "tool",
         recovery,
@@ -275,7 +477,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
             "tool": call.name,
             "call_id": call_id,
             "attempt": attempt,
-            "operation_id": f"{run.id}/{key}",
+            "operation_id": f"{run_id}/{key}",
         },
         completed=lambda result: {
             "key": key,
@@ -286,6 +488,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         },
         describe=f" (tool {call.name!r})",
     )
+    return result
 
 
 def _preview(output: JSON) -> JSON:

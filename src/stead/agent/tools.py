@@ -41,7 +41,8 @@ class ToolContext:
     """What a tool may know about the call it serves.
 
     ``operation_id`` (``"<run_id>/<key>"``) is the same on every attempt of this call: pass it to
-    external services as the idempotency key of an ``idempotent`` tool.
+    external services as the idempotency key of an ``idempotent`` tool. ``approved`` is true when
+    a person approved this call (a tool raising ``ApprovalRequired`` checks it).
     """
 
     run_id: str
@@ -49,6 +50,7 @@ class ToolContext:
     operation_id: str
     key: str
     attempt: int
+    approved: bool = False
 
 
 class Tool:
@@ -61,6 +63,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         recovery: Recovery = "manual",
+        approval: bool | Callable[[dict[str, Any]], bool] = False,
     ) -> None:
         if not callable(fn):
             raise ValidationError(f"a tool must wrap a function, got {fn!r}")
@@ -78,6 +81,13 @@ class Tool:
             description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         ).strip()
         self.recovery: Recovery = recovery
+        if not isinstance(approval, bool) and not callable(approval):
+            raise ValidationError(
+                f"tool {tool_name!r}: approval must be True, False or a predicate over the "
+                f"validated arguments, not {approval!r}"
+            )
+        self.approval = approval
+        self.is_question = False
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._arguments = _arguments_model(fn, tool_name)
         schema = self._arguments.model_json_schema()
@@ -90,6 +100,12 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def needs_approval(self, arguments: dict[str, Any]) -> bool:
+        """Whether this call waits for a person (``approval=True`` or the predicate says so)."""
+        if isinstance(self.approval, bool):
+            return self.approval
+        return bool(self.approval(arguments))
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments; raises ``pydantic.ValidationError``."""
@@ -150,7 +166,11 @@ def _arguments_model(
 def tool(fn: Callable[P, R], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, recovery: Recovery = "manual"
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    recovery: Recovery = "manual",
+    approval: bool | Callable[[dict[str, Any]], bool] = False,
 ) -> Callable[[Callable[P, R]], Tool]: ...
 
 
@@ -161,6 +181,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     recovery: Recovery = "manual",
+    approval: bool | Callable[[dict[str, Any]], bool] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool.
 
@@ -168,10 +189,16 @@ def tool(
     ``"safe"`` runs it again, ``"idempotent"`` runs it again with the same
     ``ToolContext.operation_id``, ``"manual"`` (the default) stops the run in
     ``needs_attention`` until a person resolves or retries it.
+
+    ``approval=True`` makes every call wait for a person; a predicate receives the validated
+    arguments as a dict (``approval=lambda args: args["amount"] > 100``) and must be
+    deterministic, since it is asked again when the run replays.
     """
 
     def wrap(function: Callable[..., Any]) -> Tool:
-        return Tool(function, name=name, description=description, recovery=recovery)
+        return Tool(
+            function, name=name, description=description, recovery=recovery, approval=approval
+        )
 
     if fn is not None:
         return wrap(fn)

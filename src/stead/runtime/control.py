@@ -13,9 +13,26 @@ class Stop(Exception):
         self.operation = operation
 
 
+class Waiting(Stop):
+    """The run waits for a person (interactions): it goes to ``waiting``."""
+
+
+class RetryLater(Stop):
+    """The model call failed retryably: the run goes to ``retry_wait`` for ``delay`` seconds."""
+
+    def __init__(self, reason: str, *, operation: str, delay: float, attempt: int) -> None:
+        super().__init__(reason, operation=operation)
+        self.delay = delay
+        self.attempt = attempt
+
+
 class Blocked(Stop):
     """The run needs a person: it goes to ``needs_attention``."""
 
 
 class Failed(Stop):
-    """The run fails."""
+    """The run fails; ``kind`` types the reason (``max_turns``, ``budget``, ``model``...)."""
+
+    def __init__(self, reason: str, *, operation: str | None = None, kind: str = "error") -> None:
+        super().__init__(reason, operation=operation)
+        self.kind = kind

@@ -19,7 +19,7 @@ from typing import Any
 from .._json import JSON, canonical, digest, digest_text, dumps
 from ..errors import StorageError
 from ..messages import Message, Usage, message_to_json
-from ..store.records import Operation, Recovery, Run
+from ..store.records import Interaction, Operation, Recovery, Run
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx, history_node
 from . import boundaries
@@ -82,12 +82,14 @@ class RunJournal:
         store: SqliteStore,
         run: Run,
         operations: list[Operation],
+        interactions: list[Interaction],
         max_payload_bytes: int,
         max_operations: int | None = None,
     ) -> None:
         self.store = store
         self.run = run
         self.operations = {op.key: op for op in operations}
+        self.interactions = {i.key: i for i in interactions}
         self.created = len(operations)
         self.position = max((op.position for op in operations), default=0) + 1
         self.conversation = Conversation()
@@ -111,6 +113,51 @@ class RunJournal:
         if self._last_write is not None:
             await asyncio.shield(self._last_write)
 
+    def request_interaction(
+        self,
+        key: str,
+        kind: str,
+        *,
+        tool: str | None = None,
+        arguments: JSON = None,
+        payload: JSON = None,
+        abandon: str | None = None,
+    ) -> str:
+        """Write a pending interaction (and its event); returns its stable id. ``abandon`` names
+        an intent to forget in the same transaction (a tool that asked for approval first)."""
+        run_id = self.run.id
+        interaction_id = interaction_id_for(run_id, key)
+        digest_ = digest(arguments)
+
+        def write(tx: SqliteTx) -> None:
+            if abandon is not None:
+                tx.delete_operation(run_id, abandon)
+            tx.insert_interaction(
+                interaction_id=interaction_id,
+                run_id=run_id,
+                key=key,
+                kind=kind,
+                tool=tool,
+                arguments=arguments,
+                digest=digest_,
+                payload=payload,
+            )
+            tx.append_event(
+                run_id,
+                "interaction_requested",
+                {
+                    "interaction_id": interaction_id,
+                    "key": key,
+                    "kind": kind,
+                    "tool": tool,
+                    "arguments": arguments,
+                    "payload": payload,
+                },
+            )
+
+        self.write(write)
+        return interaction_id
+
     # -- the protocol ------------------------------------------------------------------------
 
     async def operation(
@@ -126,6 +173,7 @@ class RunJournal:
         prepare: Callable[[SqliteTx], None] | None = None,
         on_result: Callable[[JSON], Callable[[SqliteTx], None]] | None = None,
         describe: str = "",
+        commit_intent: bool = False,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -133,7 +181,8 @@ class RunJournal:
         ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the
         result is new, returns extra writes for the result's transaction (such as the run's
         usage); ``prepare`` adds writes before the intent (such as the messages the input
-        refers to).
+        refers to). ``commit_intent`` waits for a safe intent to commit before the work starts
+        (so an attempt is counted even if the process dies during it).
         """
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
@@ -146,7 +195,9 @@ class RunJournal:
         self._keys.add(key)
         op = self.operations.get(key)
         if op is not None:
-            if op.kind != kind or op.input_hash != input_hash:
+            # A fork's copied results stand even if today's code builds a different input:
+            # continuing on today's code is what a fork is for.
+            if op.copied_from is None and (op.kind != kind or op.input_hash != input_hash):
                 raise Blocked(
                     f"definition changed at a saved checkpoint: {key}. The journal holds a "
                     f"different {op.kind} input for this key than today's code builds; restore "
@@ -206,6 +257,8 @@ class RunJournal:
             self.created += 1
         if recovery != "safe":
             await intent  # the effect must not start before its intent is on disk
+        elif commit_intent:
+            await intent  # the attempt is counted before the work starts
         if boundaries.hook is not None:
             await intent
             boundaries.hook("intent_committed", key)
@@ -242,3 +295,8 @@ class RunJournal:
                 "operation return less, then retry()",
                 operation=key,
             )
+
+
+def interaction_id_for(run_id: str, key: str) -> str:
+    """Stable across restarts: the same gated call always has the same interaction id."""
+    return "int_" + digest_text(f"{run_id}/{key}")[:24]

@@ -13,9 +13,11 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._clock import iso
 from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
 from ..agent.agent import Agent
 from ..agent.loop import run_agent_loop
@@ -30,10 +32,10 @@ from ..errors import (
     ValidationError,
 )
 from ..messages import Usage, message_from_json
-from ..store.records import RUNNABLE_STATUSES, Event, Operation, Run, RunStatus
+from ..store.records import RUNNABLE_STATUSES, Event, Interaction, Operation, Run, RunStatus
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
-from .control import Blocked, Failed
+from .control import Blocked, Failed, RetryLater, Waiting
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal import RunJournal, write_messages
 
@@ -110,6 +112,10 @@ class Runtime:
         self._scheduler: asyncio.Task[None] | None = None
         self._subscribers: dict[str, set[asyncio.Queue[Event]]] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        listen = getattr(store.clock, "add_listener", None)
+        if callable(listen):  # a test clock wakes the scheduler when time is moved
+            listen(self._wake.set)
 
     @classmethod
     async def open(
@@ -165,6 +171,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
         tasks = list(self._active.values())
         if self._scheduler is not None:
             tasks.append(self._scheduler)
@@ -353,14 +361,24 @@ class Runtime:
                 continue
             active = set(self._active)
             try:
-                runs = await self.store.submit(
-                    functools.partial(SqliteTx.runnable, limit=free, exclude=active),
-                    read_only=True,
+                runs, wakeup = await self.store.submit(
+                    functools.partial(_schedulable, limit=free, exclude=active), read_only=True
                 )
             except StorageError:
                 return
             for run in runs:
                 self._start(run.id)
+            self._arm_timer(wakeup)
+
+    def _arm_timer(self, wakeup: datetime | None) -> None:
+        """Wake the scheduler when the earliest retry_wait run becomes due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wakeup is not None:
+            delay = max(0.0, (wakeup - self.store.clock.now()).total_seconds())
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(delay, self._wake.set)
 
     def _start(self, run_id: str) -> None:
         if run_id not in self._active and self._fatal is None and not self._closed:
@@ -382,9 +400,18 @@ class Runtime:
     async def _execute_run(self, run_id: str) -> None:
         find = self.app.find
 
-        def begin(tx: SqliteTx) -> tuple[Agent, Run, list[Operation], list[str]] | None:
+        def begin(
+            tx: SqliteTx,
+        ) -> tuple[Agent, Run, list[Operation], list[Interaction], list[str]] | None:
             current = tx.get_run(run_id)
-            if current is None or current.status.value not in RUNNABLE_STATUSES:
+            if current is None:
+                return None
+            due = (
+                current.status == RunStatus.RETRY_WAIT
+                and current.next_attempt_at is not None
+                and current.next_attempt_at <= tx.now()
+            )
+            if current.status.value not in RUNNABLE_STATUSES and not due:
                 return None
             agent = find(current.agent_id, current.version)
             if agent is None:
@@ -394,10 +421,11 @@ class Runtime:
                 )
                 _record_stop(tx, run_id, RunStatus.NEEDS_ATTENTION, reason, None)
                 return None
-            fields: dict[str, Any] = {"status": RunStatus.RUNNING}
+            fields: dict[str, Any] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
             head, length = current.history_head, current.history_length
             if current.started_at is None:
                 fields["started_at"] = tx.now()
+            if current.history_length is None:  # taken when the run first starts
                 previous = tx.latest_completed(current.session_id, current.number)
                 if previous is not None and previous.outcome is not None:
                     head = previous.outcome["messages"]["head"]
@@ -414,16 +442,18 @@ class Runtime:
             refreshed = tx.get_run(run_id)
             assert refreshed is not None
             operations = [_attach_message(tx, op) for op in tx.operations(run_id)]
-            return agent, refreshed, operations, tx.history(head, length or 0)
+            interactions = tx.run_interactions(run_id)
+            return agent, refreshed, operations, interactions, tx.history(head, length or 0)
 
         begun = await self.store.submit(begin)
         if begun is None:
             return
-        agent, run, operations, history = begun
+        agent, run, operations, interactions, history = begun
         journal = RunJournal(
             self.store,
             run,
             operations,
+            interactions,
             self.limits.max_payload_bytes,
             self.limits.max_operations_per_run,
         )
@@ -433,10 +463,30 @@ class Runtime:
         try:
             outcome = await run_agent_loop(agent, journal, run.input["prompt"])
         except Blocked as stop:
-            await self._stop(run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation)
+            await self._stop(
+                run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation, kind="blocked"
+            )
             return
         except Failed as stop:
-            await self._stop(run_id, RunStatus.FAILED, stop.reason, stop.operation)
+            await self._stop(run_id, RunStatus.FAILED, stop.reason, stop.operation, kind=stop.kind)
+            return
+        except Waiting as stop:
+            await self.store.submit(
+                functools.partial(_record_wait, run_id=run_id, reason=stop.reason), barrier=True
+            )
+            self._wake.set()
+            return
+        except RetryLater as stop:
+            due = self.store.clock.now() + timedelta(seconds=stop.delay)
+            await self._stop(
+                run_id,
+                RunStatus.RETRY_WAIT,
+                stop.reason,
+                stop.operation,
+                kind="model_retry",
+                next_attempt_at=due,
+            )
+            self._wake.set()
             return
         conversation = journal.conversation
         pending = conversation.take_pending()
@@ -464,11 +514,24 @@ class Runtime:
         await self.store.submit(complete, barrier=True)
 
     async def _stop(
-        self, run_id: str, status: RunStatus, reason: str, operation: str | None
+        self,
+        run_id: str,
+        status: RunStatus,
+        reason: str,
+        operation: str | None,
+        *,
+        kind: str = "error",
+        next_attempt_at: datetime | None = None,
     ) -> None:
         await self.store.submit(
             functools.partial(
-                _record_stop, run_id=run_id, status=status, reason=reason, operation=operation
+                _record_stop,
+                run_id=run_id,
+                status=status,
+                reason=reason,
+                operation=operation,
+                kind=kind,
+                next_attempt_at=next_attempt_at,
             ),
             barrier=True,
         )
@@ -693,12 +756,15 @@ class Runtime:
                     )
             if run.blocked_operation is not None:
                 tx.order_rerun(run_id, run.blocked_operation)
+            tx.reset_attempts(run_id, "model")  # a fresh back-off budget
             tx.update_run(
                 run_id,
                 status=RunStatus.PENDING,
                 error=None,
+                error_kind=None,
                 blocked_operation=None,
                 finished_at=None,
+                next_attempt_at=None,
             )
             tx.append_event(run_id, "status", {"status": "pending", "retried": True})
 
@@ -723,9 +789,12 @@ class Runtime:
             tx.update_run(
                 run_id,
                 status=RunStatus.CANCELLED,
-                error={"reason": reason or "cancelled", "operation": None},
+                error={"reason": reason or "cancelled", "operation": None, "kind": "cancelled"},
+                error_kind="cancelled",
                 finished_at=tx.now(),
+                next_attempt_at=None,
             )
+            tx.cancel_interactions(run_id)
             tx.append_event(run_id, "status", {"status": "cancelled", "reason": reason})
             return True
 
@@ -737,23 +806,52 @@ class Runtime:
 
 
 def _record_stop(
-    tx: SqliteTx, run_id: str, status: RunStatus, reason: str, operation: str | None
+    tx: SqliteTx,
+    run_id: str,
+    status: RunStatus,
+    reason: str,
+    operation: str | None,
+    kind: str = "error",
+    next_attempt_at: datetime | None = None,
 ) -> None:
-    """End an execution short of an outcome: needs_attention, failed (not if already terminal)."""
+    """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
     current = tx.get_run(run_id)
     if current is None or current.status.terminal:
         return
     tx.update_run(
         run_id,
         status=status,
-        error={"reason": reason, "operation": operation},
+        error={"reason": reason, "operation": operation, "kind": kind},
+        error_kind=kind,
         blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
         finished_at=tx.now() if status.terminal else None,
+        next_attempt_at=next_attempt_at,
     )
-    data: dict[str, JSON] = {"status": status.value, "reason": reason}
+    data: dict[str, JSON] = {"status": status.value, "reason": reason, "kind": kind}
     if operation is not None:
         data["operation"] = operation
+    if next_attempt_at is not None:
+        data["next_attempt_at"] = iso(next_attempt_at)
     tx.append_event(run_id, "status", data)
+
+
+def _record_wait(tx: SqliteTx, run_id: str, reason: str) -> None:
+    """The run waits for people; if every interaction was answered meanwhile, it goes on."""
+    current = tx.get_run(run_id)
+    if current is None or current.status != RunStatus.RUNNING:
+        return
+    if tx.pending_interactions(run_id):
+        tx.update_run(run_id, status=RunStatus.WAITING, error=None, error_kind=None)
+        tx.append_event(run_id, "status", {"status": "waiting", "reason": reason})
+    else:
+        tx.update_run(run_id, status=RunStatus.PENDING)
+        tx.append_event(run_id, "status", {"status": "pending"})
+
+
+def _schedulable(
+    tx: SqliteTx, *, limit: int, exclude: set[str]
+) -> tuple[list[Run], datetime | None]:
+    return tx.runnable(limit, exclude), tx.next_wakeup()
 
 
 def _read_outcome(tx: SqliteTx, *, run_id: str) -> tuple[Run, list[str]] | None:

@@ -9,7 +9,7 @@ from typing import Literal
 
 from .._json import JSON
 
-__all__ = ["Event", "Operation", "Recovery", "Run", "RunStatus"]
+__all__ = ["Event", "Interaction", "Operation", "Recovery", "Run", "RunStatus"]
 
 Recovery = Literal["safe", "idempotent", "manual"]
 RECOVERY_POLICIES: tuple[Recovery, ...] = ("safe", "idempotent", "manual")
@@ -60,6 +60,8 @@ class Run:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    next_attempt_at: datetime | None = None
+    error_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Operation:
     rerun: bool
     created_at: datetime
     updated_at: datetime
+    copied_from: str | None = None
+    attempt_base: int = 0
 
     @property
     def operation_id(self) -> str:
@@ -95,3 +99,28 @@ class Event:
     type: str
     data: JSON
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """Something a person must answer before a run continues.
+
+    ``kind`` is ``approval`` (a gated tool call: ``tool`` and its canonical ``arguments``, whose
+    sha256 is ``digest``), ``question`` (the model asked the user) or ``budget`` (a budget was
+    reached and the agent asks whether to go on). ``status`` is ``pending``, ``resolved`` or
+    ``cancelled`` (its run was cancelled).
+    """
+
+    interaction_id: str
+    run_id: str
+    session_id: str
+    key: str
+    kind: str
+    status: str
+    tool: str | None
+    arguments: JSON
+    digest: str
+    payload: JSON
+    response: JSON | None
+    requested_at: datetime
+    resolved_at: datetime | None

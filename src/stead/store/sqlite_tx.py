@@ -13,6 +13,7 @@ from .._json import JSON, digest_text, dumps, loads
 from .records import (
     RUNNABLE_STATUSES,
     Event,
+    Interaction,
     Operation,
     Recovery,
     Run,
@@ -22,11 +23,11 @@ from .records import (
 _RUN_COLUMNS = (
     "id, number, session_id, request_id, kind, target, version, status, input, history_head, "
     "history_length, outcome, error, blocked_operation, usage, created_at, updated_at, "
-    "started_at, finished_at"
+    "started_at, finished_at, next_attempt_at, error_kind"
 )
 _OP_COLUMNS = (
     "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
-    "created_at, updated_at"
+    "created_at, updated_at, copied_from, attempt_base"
 )
 _TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 _UPDATABLE_RUN_FIELDS = frozenset(
@@ -40,6 +41,8 @@ _UPDATABLE_RUN_FIELDS = frozenset(
         "usage",
         "started_at",
         "finished_at",
+        "next_attempt_at",
+        "error_kind",
     }
 )
 _JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
@@ -74,6 +77,8 @@ def _run(row: Sequence[Any]) -> Run:
         updated_at=datetime.fromisoformat(row[16]),
         started_at=_time(row[17]),
         finished_at=_time(row[18]),
+        next_attempt_at=_time(row[19]),
+        error_kind=row[20],
     )
 
 
@@ -92,6 +97,33 @@ def _operation(row: Sequence[Any]) -> Operation:
         rerun=bool(row[10]),
         created_at=datetime.fromisoformat(row[11]),
         updated_at=datetime.fromisoformat(row[12]),
+        copied_from=row[13],
+        attempt_base=row[14],
+    )
+
+
+_INTERACTION_SELECT = (
+    "SELECT i.id, i.run_id, r.session_id, i.key, i.kind, i.status, i.tool, i.arguments, "
+    "i.digest, i.payload, i.response, i.requested_at, i.resolved_at "
+    "FROM stead_interactions AS i JOIN stead_runs AS r ON r.id = i.run_id"
+)
+
+
+def _interaction(row: Sequence[Any]) -> Interaction:
+    return Interaction(
+        interaction_id=row[0],
+        run_id=row[1],
+        session_id=row[2],
+        key=row[3],
+        kind=row[4],
+        status=row[5],
+        tool=row[6],
+        arguments=loads(row[7]),
+        digest=row[8],
+        payload=loads(row[9]),
+        response=_load(row[10]),
+        requested_at=datetime.fromisoformat(row[11]),
+        resolved_at=_time(row[12]),
     )
 
 
@@ -251,18 +283,26 @@ class SqliteTx:
         self.conn.execute(f"UPDATE stead_runs SET {', '.join(assignments)} WHERE id = ?", values)
 
     def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
-        """Runs the scheduler may start, in submission order: runnable status and at the head of
-        their session (no earlier unfinished run)."""
+        """Runs the scheduler may start, in submission order: runnable status (or a retry_wait
+        whose time has come) and at the head of their session (no earlier unfinished run)."""
         excluded = set(exclude)
         statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs AS r WHERE r.status IN ({statuses}) "
+            f"SELECT {_RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
+            "OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?)) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
             f"AND p.number < r.number AND p.status NOT IN {_TERMINAL_SQL}) "
             "ORDER BY r.number LIMIT ?",
-            (limit + len(excluded),),
+            (self.stamp(), limit + len(excluded)),
         ).fetchall()
         return [run for run in map(_run, rows) if run.id not in excluded][:limit]
+
+    def next_wakeup(self) -> datetime | None:
+        """The earliest time a run in retry_wait becomes runnable."""
+        row = self.conn.execute(
+            "SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'"
+        ).fetchone()
+        return _time(row[0])
 
     def list_runs(
         self,
@@ -361,17 +401,115 @@ class SqliteTx:
             (self.stamp(), run_id, key),
         )
 
-    def copy_operations(self, source_run_id: str, target_run_id: str, keys: Sequence[str]) -> None:
-        """Copy completed operations into another run (fork)."""
-        for key in keys:
-            self.conn.execute(
-                "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
-                "input_hash, input, result, attempts, rerun, created_at, updated_at) "
-                "SELECT ?, key, position, kind, status, recovery, input_hash, input, result, "
-                "attempts, 0, created_at, updated_at FROM stead_operations "
-                "WHERE run_id = ? AND key = ? AND status = 'completed'",
-                (target_run_id, source_run_id, key),
-            )
+    def copy_operations(self, source_run_id: str, target_run_id: str, before: int) -> int:
+        """Copy the completed operations positioned before ``before`` into another run (fork)."""
+        cursor = self.conn.execute(
+            "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+            "input_hash, input, result, attempts, rerun, created_at, updated_at, copied_from) "
+            "SELECT ?, key, position, kind, status, recovery, input_hash, input, result, "
+            "attempts, 0, created_at, updated_at, run_id FROM stead_operations "
+            "WHERE run_id = ? AND position < ? AND status = 'completed'",
+            (target_run_id, source_run_id, before),
+        )
+        return cursor.rowcount
+
+    def delete_operation(self, run_id: str, key: str) -> None:
+        """Forget an intent whose work never started (a tool that asked for approval first)."""
+        self.conn.execute(
+            "DELETE FROM stead_operations WHERE run_id = ? AND key = ? AND status = 'started'",
+            (run_id, key),
+        )
+
+    def reset_attempts(self, run_id: str, kind: str) -> None:
+        """Give interrupted operations of a kind a fresh attempt budget (on retry)."""
+        self.conn.execute(
+            "UPDATE stead_operations SET attempt_base = attempts "
+            "WHERE run_id = ? AND kind = ? AND status = 'started'",
+            (run_id, kind),
+        )
+
+    # -- interactions ------------------------------------------------------------------------
+
+    def insert_interaction(
+        self,
+        *,
+        interaction_id: str,
+        run_id: str,
+        key: str,
+        kind: str,
+        tool: str | None,
+        arguments: JSON,
+        digest: str,
+        payload: JSON,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO stead_interactions (id, run_id, key, kind, status, tool, arguments, "
+            "digest, payload, requested_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+            (
+                interaction_id,
+                run_id,
+                key,
+                kind,
+                tool,
+                dumps(arguments),
+                digest,
+                dumps(payload),
+                self.stamp(),
+            ),
+        )
+
+    def get_interaction(self, interaction_id: str) -> Interaction | None:
+        row = self.conn.execute(
+            f"{_INTERACTION_SELECT} WHERE i.id = ?", (interaction_id,)
+        ).fetchone()
+        return _interaction(row) if row else None
+
+    def run_interactions(self, run_id: str) -> list[Interaction]:
+        rows = self.conn.execute(
+            f"{_INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.key", (run_id,)
+        ).fetchall()
+        return [_interaction(row) for row in rows]
+
+    def list_interactions(
+        self, *, status: str | None, session_id: str | None, run_id: str | None, limit: int
+    ) -> list[Interaction]:
+        clauses: list[str] = []
+        values: list[object] = []
+        for column, value in (
+            ("i.status", status),
+            ("r.session_id", session_id),
+            ("i.run_id", run_id),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                values.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.conn.execute(
+            f"{_INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.id LIMIT ?",
+            (*values, limit),
+        ).fetchall()
+        return [_interaction(row) for row in rows]
+
+    def resolve_interaction(self, interaction_id: str, response: JSON) -> None:
+        self.conn.execute(
+            "UPDATE stead_interactions SET status = 'resolved', response = ?, resolved_at = ? "
+            "WHERE id = ? AND status = 'pending'",
+            (dumps(response), self.stamp(), interaction_id),
+        )
+
+    def cancel_interactions(self, run_id: str) -> None:
+        self.conn.execute(
+            "UPDATE stead_interactions SET status = 'cancelled', resolved_at = ? "
+            "WHERE run_id = ? AND status = 'pending'",
+            (self.stamp(), run_id),
+        )
+
+    def pending_interactions(self, run_id: str) -> int:
+        row = self.conn.execute(
+            "SELECT COUNT(*) FROM stead_interactions WHERE run_id = ? AND status = 'pending'",
+            (run_id,),
+        ).fetchone()
+        return int(row[0])
 
     # -- events ------------------------------------------------------------------------------
 
