@@ -8,6 +8,8 @@ and an interrupted one is handled by the recovery policy its author chose.
 from __future__ import annotations
 
 from .agent.agent import Agent
+from .agent.interactions import Answer, ApprovalRequired, Approve, Deny, ask_user
+from .agent.policies import Budget, Retry
 from .agent.tools import ModelRetry, Tool, ToolContext, tool
 from .app import App
 from .errors import (
@@ -37,17 +39,23 @@ from .messages import (
 from .models import Model
 from .runtime.handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .runtime.runtime import Limits, Runtime
-from .store.records import Event, Operation, Run, RunStatus
+from .store.records import Event, Interaction, Operation, Run, RunStatus
 from .store.sqlite import SqliteStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "Answer",
     "App",
+    "ApprovalRequired",
+    "Approve",
     "AssistantMessage",
+    "Budget",
     "ConflictError",
+    "Deny",
     "Event",
+    "Interaction",
     "LimitError",
     "Limits",
     "Message",
@@ -59,6 +67,7 @@ __all__ = [
     "NotFoundError",
     "Operation",
     "OwnershipError",
+    "Retry",
     "Run",
     "RunCancelled",
     "RunFailed",
@@ -80,5 +89,6 @@ __all__ = [
     "Usage",
     "UserMessage",
     "ValidationError",
+    "ask_user",
     "tool",
 ]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .agent.agent import Agent
-from .errors import NotFoundError, ValidationError
+from .errors import NotFoundError, StorageError, ValidationError
 
 if TYPE_CHECKING:
     from .runtime.runtime import Limits, Runtime
@@ -76,10 +76,20 @@ class App:
         max_concurrent_runs: int = 4,
         resume: bool = True,
         limits: Limits | None = None,
+        on_fatal_error: Callable[[StorageError], None] | None = None,
     ) -> Runtime:
-        """Open ``store``: take ownership, and (unless ``resume=False``) resume unfinished runs."""
+        """Open ``store``: take ownership, and (unless ``resume=False``) resume unfinished runs.
+
+        ``on_fatal_error`` is called once if the store fails; the runtime then refuses every
+        call with that :class:`StorageError` until it is closed and the store reopened.
+        """
         from .runtime.runtime import Runtime
 
         return await Runtime.open(
-            self, store, max_concurrent_runs=max_concurrent_runs, resume=resume, limits=limits
+            self,
+            store,
+            max_concurrent_runs=max_concurrent_runs,
+            resume=resume,
+            limits=limits,
+            on_fatal_error=on_fatal_error,
         )

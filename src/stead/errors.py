@@ -91,12 +91,14 @@ class ModelError(SteadError):
 
 
 class RunFailed(SteadError):
-    """The awaited run ended ``failed``; ``run_id`` and ``reason`` say which and why."""
+    """The awaited run ended ``failed``; ``run_id`` and ``reason`` say which and why, and
+    ``kind`` types the reason: ``model``, ``max_turns``, ``budget``, ``approval`` or ``error``."""
 
-    def __init__(self, run_id: str, reason: str) -> None:
+    def __init__(self, run_id: str, reason: str, kind: str = "error") -> None:
         super().__init__(f"run {run_id} failed: {reason}")
         self.run_id = run_id
         self.reason = reason
+        self.kind = kind
 
 
 class RunCancelled(SteadError):

@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..agent.interactions import Response
 from ..messages import Message, Usage
-from ..store.records import Event, Operation, Run, RunStatus
+from ..store.records import Event, Interaction, Operation, Run, RunStatus
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -82,6 +83,14 @@ class RunHandle:
 
     async def snapshot(self) -> Snapshot:
         return await self._runtime._snapshot(self.id)
+
+    async def respond(self, interaction_id: str, response: Response) -> None:
+        """Answer one of this run's interactions (see :meth:`Runtime.respond`)."""
+        await self._runtime._respond_for(self.id, interaction_id, response)
+
+    async def interactions(self, status: str | None = None) -> list[Interaction]:
+        """This run's interactions (all, or those with ``status``)."""
+        return await self._runtime.list_interactions(status=status, run_id=self.id)
 
     async def resolve(self, operation_key: str, output: Any) -> None:
         """Supply the result of an interrupted ``manual`` operation the run is blocked on (after

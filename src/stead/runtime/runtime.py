@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._clock import iso
 from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
 from ..agent.agent import Agent
+from ..agent.interactions import Answer, Approve, Deny, Response
 from ..agent.loop import run_agent_loop
 from ..errors import (
     ConflictError,
@@ -348,6 +349,100 @@ class Runtime:
         runs = runs[:limit]
         return RunPage(runs=runs, next_cursor=str(runs[-1].number) if more else None)
 
+    async def respond(self, interaction_id: str, response: Response) -> None:
+        """Answer an interaction, exactly once: the same response again is a no-op, a different
+        one raises :class:`ConflictError`. The run continues once all its interactions are
+        answered."""
+        self._check()
+        _require_id("interaction_id", interaction_id)
+        if not isinstance(response, Approve | Deny | Answer):
+            raise ValidationError(
+                f"respond() takes stead.Approve, stead.Deny or stead.Answer, got {response!r}"
+            )
+        answer = response.to_json()
+
+        def job(tx: SqliteTx) -> None:
+            interaction = tx.get_interaction(interaction_id)
+            if interaction is None:
+                raise NotFoundError(
+                    f"no interaction {interaction_id!r}; runtime.list_interactions() lists the "
+                    "pending ones"
+                )
+            if (answer["kind"] == "answer") != (interaction.kind == "question"):
+                expected = (
+                    "stead.Answer"
+                    if interaction.kind == "question"
+                    else "stead.Approve or stead.Deny"
+                )
+                raise ValidationError(
+                    f"interaction {interaction_id} is a {interaction.kind}; answer it with "
+                    f"{expected}, not {type(response).__name__}"
+                )
+            if interaction.status == "resolved":
+                if interaction.response == answer:
+                    return  # the same response again
+                raise ConflictError(
+                    f"interaction {interaction_id} ({interaction.key} of run "
+                    f"{interaction.run_id}) was already answered differently; a decision is "
+                    "recorded once"
+                )
+            if interaction.status == "cancelled":
+                raise ConflictError(
+                    f"interaction {interaction_id} was cancelled with run {interaction.run_id}"
+                )
+            run = tx.get_run(interaction.run_id)
+            assert run is not None
+            if run.status not in (RunStatus.WAITING, RunStatus.RUNNING):
+                raise ConflictError(
+                    f"run {run.id} is {run.status.value}, not waiting for interaction "
+                    f"{interaction_id}"
+                )
+            tx.resolve_interaction(interaction_id, answer)
+            tx.append_event(
+                run.id,
+                "interaction_resolved",
+                {"interaction_id": interaction_id, "key": interaction.key, "response": answer},
+            )
+            if run.status == RunStatus.WAITING and not tx.pending_interactions(run.id):
+                tx.update_run(run.id, status=RunStatus.PENDING, error=None, error_kind=None)
+                tx.append_event(run.id, "status", {"status": "pending"})
+
+        await self.store.submit(job, barrier=True)
+        self._wake.set()
+
+    async def list_interactions(
+        self,
+        *,
+        status: str | None = "pending",
+        session_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Interaction]:
+        """Interactions, oldest first: by default the pending ones (the approval queue)."""
+        self._check()
+        if status not in (None, "pending", "resolved", "cancelled"):
+            raise ValidationError(
+                f"status must be 'pending', 'resolved', 'cancelled' or None, not {status!r}"
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        return await self.store.submit(
+            functools.partial(
+                SqliteTx.list_interactions,
+                status=status,
+                session_id=session_id,
+                run_id=run_id,
+                limit=limit,
+            ),
+            read_only=True,
+        )
+
+    async def _respond_for(self, run_id: str, interaction_id: str, response: Response) -> None:
+        found = await self.list_interactions(status=None, run_id=run_id, limit=1000)
+        if not any(i.interaction_id == interaction_id for i in found):
+            raise NotFoundError(f"run {run_id} has no interaction {interaction_id!r}")
+        await self.respond(interaction_id, response)
+
     # -- scheduling and execution ------------------------------------------------------------
 
     async def _schedule(self) -> None:
@@ -598,7 +693,9 @@ class Runtime:
 
     def _outcome(self, run: Run, bodies: list[str]) -> RunOutcome:
         if run.status == RunStatus.FAILED:
-            raise RunFailed(run.id, (run.error or {}).get("reason", "unknown reason"))
+            raise RunFailed(
+                run.id, (run.error or {}).get("reason", "unknown reason"), run.error_kind or "error"
+            )
         if run.status == RunStatus.CANCELLED:
             raise RunCancelled(run.id, (run.error or {}).get("reason"))
         outcome = run.outcome or {}

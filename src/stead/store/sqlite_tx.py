@@ -466,7 +466,7 @@ class SqliteTx:
 
     def run_interactions(self, run_id: str) -> list[Interaction]:
         rows = self.conn.execute(
-            f"{_INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.key", (run_id,)
+            f"{_INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.rowid", (run_id,)
         ).fetchall()
         return [_interaction(row) for row in rows]
 
@@ -485,7 +485,7 @@ class SqliteTx:
                 values.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.conn.execute(
-            f"{_INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.id LIMIT ?",
+            f"{_INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.rowid LIMIT ?",
             (*values, limit),
         ).fetchall()
         return [_interaction(row) for row in rows]

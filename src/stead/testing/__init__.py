@@ -7,7 +7,8 @@ Use them to test agents without a provider::
 
 from __future__ import annotations
 
+from ._clock import FakeClock
 from ._models import FunctionModel, ScriptedModel, Turn
 from .crash import crash_at, kill_self
 
-__all__ = ["FunctionModel", "ScriptedModel", "Turn", "crash_at", "kill_self"]
+__all__ = ["FakeClock", "FunctionModel", "ScriptedModel", "Turn", "crash_at", "kill_self"]
