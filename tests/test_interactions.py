@@ -94,7 +94,7 @@ async def test_respond_is_recorded_exactly_once(db: str) -> None:
             await run.respond(first.interaction_id, stead.Deny(reason="changed my mind"))
         with pytest.raises(stead.NotFoundError, match="no interaction 'int_nope'"):
             await runtime.respond("int_nope", stead.Approve())
-        with pytest.raises(stead.ValidationError, match="answer it with stead.Approve"):
+        with pytest.raises(stead.ValidationError, match=r"answer it with stead\.Approve"):
             await runtime.respond(second.interaction_id, stead.Answer(value="yes"))
         await runtime.respond(second.interaction_id, stead.Approve())
         await run.result()
@@ -158,7 +158,7 @@ async def test_ask_user_waits_for_an_answer(db: str) -> None:
         (question,) = await runtime.list_interactions(session_id="s")
         assert question.kind == "question"
         assert question.payload == {"question": "Which order?"}
-        with pytest.raises(stead.ValidationError, match="answer it with stead.Answer"):
+        with pytest.raises(stead.ValidationError, match=r"answer it with stead\.Answer"):
             await run.respond(question.interaction_id, stead.Approve())
         await run.respond(question.interaction_id, stead.Answer(value="order 17"))
         assert (await run.result()).output == "thanks"
