@@ -37,6 +37,8 @@ from .messages import (
     UserMessage,
 )
 from .models import Model
+from .runner import run_agent
+from .runtime.checkpoint import Checkpoint
 from .runtime.handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .runtime.runtime import Limits, Runtime
 from .store.records import Event, Interaction, Operation, Run, RunStatus
@@ -52,6 +54,7 @@ __all__ = [
     "Approve",
     "AssistantMessage",
     "Budget",
+    "Checkpoint",
     "ConflictError",
     "Deny",
     "Event",
@@ -90,5 +93,6 @@ __all__ = [
     "UserMessage",
     "ValidationError",
     "ask_user",
+    "run_agent",
     "tool",
 ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..agent.interactions import Response
 from ..messages import Message, Usage
 from ..store.records import Event, Interaction, Operation, Run, RunStatus
+from .checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -29,12 +30,15 @@ class RunOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A consistent view of a run: its record, its operations in order, and the sequence of its
-    last event (``cursor``: pass it to ``events(after=...)`` to continue from here)."""
+    """A consistent view of a run: its record, its operations in order, the sequence of its
+    last event (``cursor``: pass it to ``events(after=...)`` to continue from here), and the
+    simple ``checkpoint`` view (messages, turns, usage, cost, tool results, pending
+    interactions, final text)."""
 
     run: Run
     operations: Sequence[Operation]
     cursor: int
+    checkpoint: Checkpoint
 
 
 @dataclass(frozen=True, slots=True)

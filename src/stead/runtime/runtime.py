@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._clock import iso
+from .._ids import new_id
 from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
 from ..agent.agent import Agent
 from ..agent.interactions import Answer, Approve, Deny, Response
@@ -36,6 +37,7 @@ from ..messages import Usage, message_from_json
 from ..store.records import RUNNABLE_STATUSES, Event, Interaction, Operation, Run, RunStatus
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
+from .checkpoint import build_checkpoint
 from .control import Blocked, Failed, RetryLater, Waiting
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal import RunJournal, write_messages
@@ -220,12 +222,16 @@ class Runtime:
         prompt: str,
         enqueue: bool = False,
         version: str | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         """Submit a run of an agent. ``(session_id, request_id)`` is the idempotency key: the
         identical submission returns the original run, a different one raises
         :class:`ConflictError`. A session runs one run at a time: a busy session raises
-        :class:`ConflictError` unless ``enqueue=True``, which queues the run behind it."""
+        :class:`ConflictError` unless ``enqueue=True``, which queues the run behind it.
+        ``run_id`` chooses the new run's id (default: a generated ``run_...`` id)."""
         self._check()
+        if run_id is not None:
+            _require_id("run_id", run_id)
         _require_id("agent_id", agent_id)
         _require_id("session_id", session_id)
         _require_id("request_id", request_id)
@@ -242,9 +248,7 @@ class Runtime:
             )
         submission = digest({"kind": "agent", "agent_id": agent_id, "input": payload})
         max_pending = self.limits.max_pending_runs
-        from .._ids import new_id
-
-        run_id = new_id("run")
+        new_run_id = run_id or new_id("run")
 
         def job(tx: SqliteTx) -> tuple[str, bool]:
             found = tx.find_request(session_id, request_id)
@@ -256,6 +260,12 @@ class Runtime:
                     f"request {request_id!r} of session {session_id!r} already belongs to run "
                     f"{existing.id} with a different submission; use a new request_id for new "
                     "work"
+                )
+            taken = tx.get_run(new_run_id)
+            if taken is not None:
+                raise ConflictError(
+                    f"run id {new_run_id!r} is taken by session {taken.session_id!r} request "
+                    f"{taken.request_id!r}; choose another run_id"
                 )
             busy = tx.unfinished_in_session(session_id)
             if busy is not None and not enqueue:
@@ -272,7 +282,7 @@ class Runtime:
                     )
             status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
             tx.insert_run(
-                run_id=run_id,
+                run_id=new_run_id,
                 session_id=session_id,
                 request_id=request_id,
                 kind="agent",
@@ -283,7 +293,7 @@ class Runtime:
                 submission_digest=submission,
             )
             tx.append_event(
-                run_id,
+                new_run_id,
                 "submitted",
                 {
                     "agent_id": agent_id,
@@ -293,11 +303,105 @@ class Runtime:
                     "status": status.value,
                 },
             )
-            return run_id, status == RunStatus.PENDING
+            return new_run_id, status == RunStatus.PENDING
 
         result_id, ready = await self.store.submit(job, barrier=True)
         if ready and self._resumed and len(self._active) < self.max_concurrent_runs:
             self._start(result_id)  # at its session's head: no need to ask the scheduler
+        else:
+            self._wake.set()
+        return RunHandle(self, result_id)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        before: str,
+        session_id: str | None = None,
+        request_id: str | None = None,
+        version: str | None = None,
+    ) -> RunHandle:
+        """Start a new run that reuses every committed operation of ``run_id`` positioned before
+        the operation ``before`` and continues from there on today's registered code (the latest
+        version of the agent unless ``version`` is given) — to debug an agent, or to try a new
+        prompt or model from the middle of a real conversation.
+
+        The fork runs in a new session unless ``session_id`` is given; forking the same point
+        again with the default ids returns the same fork.
+        """
+        self._check()
+        _require_id("run_id", run_id)
+        _require_id("before", before)
+        fork_session = session_id or f"fork:{run_id}:{before}"
+        fork_request = request_id or f"fork:{run_id}:{before}"
+        _require_id("session_id", fork_session)
+        _require_id("request_id", fork_request)
+        new_run_id = new_id("run")
+        submission = digest({"kind": "fork", "source": run_id, "before": before})
+        app = self.app
+
+        def job(tx: SqliteTx) -> tuple[str, bool]:
+            source = tx.get_run(run_id)
+            if source is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            found = tx.find_request(fork_session, fork_request)
+            if found is not None:
+                existing, existing_digest = found
+                if existing_digest == submission:
+                    return existing.id, False
+                raise ConflictError(
+                    f"request {fork_request!r} of session {fork_session!r} already belongs to "
+                    f"run {existing.id}; pass another request_id"
+                )
+            op = tx.get_operation(run_id, before)
+            if op is None:
+                keys = ", ".join(o.key for o in tx.operations(run_id)) or "none"
+                raise NotFoundError(
+                    f"run {run_id} has no operation {before!r}; its operations: {keys}"
+                )
+            agent = app.agent(source.agent_id, version)
+            busy = tx.unfinished_in_session(fork_session)
+            if busy is not None:
+                raise ConflictError(
+                    f"session {fork_session!r} has unfinished run {busy.id}; fork into another "
+                    "session"
+                )
+            tx.insert_run(
+                run_id=new_run_id,
+                session_id=fork_session,
+                request_id=fork_request,
+                kind=source.kind,
+                target=source.agent_id,
+                version=agent.version,
+                status=RunStatus.PENDING,
+                input=source.input,
+                submission_digest=submission,
+            )
+            tx.update_run(
+                new_run_id,
+                history_head=source.history_head,
+                history_length=source.history_length or 0,
+            )
+            copied = tx.copy_operations(run_id, new_run_id, op.position)
+            tx.append_event(
+                new_run_id,
+                "submitted",
+                {
+                    "agent_id": source.agent_id,
+                    "version": agent.version,
+                    "session_id": fork_session,
+                    "request_id": fork_request,
+                    "status": "pending",
+                    "forked_from": run_id,
+                    "before": before,
+                    "copied_operations": copied,
+                },
+            )
+            return new_run_id, True
+
+        result_id, ready = await self.store.submit(job, barrier=True)
+        if ready and self._resumed and len(self._active) < self.max_concurrent_runs:
+            self._start(result_id)
         else:
             self._wake.set()
         return RunHandle(self, result_id)
@@ -755,8 +859,12 @@ class Runtime:
             run = tx.get_run(run_id)
             if run is None:
                 return None
+            operations = tx.operations(run_id)
             return Snapshot(
-                run=run, operations=tx.operations(run_id), cursor=tx.last_sequence(run_id)
+                run=run,
+                operations=operations,
+                cursor=tx.last_sequence(run_id),
+                checkpoint=build_checkpoint(tx, run, operations),
             )
 
         snapshot = await self.store.submit(read, read_only=True)

@@ -1,0 +1,102 @@
+"""The simple view of a run some users want: messages so far, turns, usage, cost, tool results,
+pending interactions, final text. Built from the journal; never stored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from .._json import JSON, dumps, loads
+from ..messages import (
+    AssistantMessage,
+    Message,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    message_from_json,
+)
+from ..store.records import Interaction, Operation, Run, RunStatus
+from ..store.sqlite_tx import SqliteTx
+
+__all__ = ["Checkpoint", "build_checkpoint"]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """``messages`` include the session history the run started with. ``cost_usd`` is None
+    when a model has no known price. ``possibly_billed_attempts`` counts model attempts that
+    were interrupted or failed: the provider may have billed them, but no usage was committed."""
+
+    messages: Sequence[Message]
+    turns: int
+    usage: Usage
+    cost_usd: float | None
+    tool_results: Mapping[str, JSON]
+    pending_interactions: Sequence[Interaction]
+    final_text: str | None
+    updated_at: datetime
+    possibly_billed_attempts: int
+
+
+def build_checkpoint(tx: SqliteTx, run: Run, operations: Sequence[Operation]) -> Checkpoint:
+    from ..models.pricing import cost_usd
+
+    messages: list[Message] = []
+    if run.status == RunStatus.COMPLETED and run.outcome is not None:
+        reference = run.outcome["messages"]
+        bodies = tx.history(reference["head"], reference["length"])
+        messages = [message_from_json(loads(body)) for body in bodies]
+    else:
+        bodies = tx.history(run.history_head, run.history_length or 0)
+        messages = [message_from_json(loads(body)) for body in bodies]
+        if run.started_at is not None:
+            messages.append(UserMessage(run.input["prompt"]))
+    tools = {op.key: op for op in operations if op.kind == "tool" and op.status == "completed"}
+    turns, billed = 0, 0
+    cost: float | None = 0.0
+    for op in operations:
+        if op.kind != "model":
+            continue
+        billed += op.attempts - (1 if op.status == "completed" else 0)
+        if op.status != "completed" or not isinstance(op.result, dict):
+            continue
+        turns += 1
+        price = cost_usd(str(op.input.get("model")), Usage.from_json(op.result.get("usage")))
+        cost = None if cost is None or price is None else cost + price
+        if run.status == RunStatus.COMPLETED:
+            continue
+        message = message_from_json(loads(tx.get_blob(op.result["message"])))
+        assert isinstance(message, AssistantMessage)
+        messages.append(message)
+        turn = op.key.split(":", 1)[1]
+        for call in message.tool_calls:
+            done = tools.get(f"tool:{turn}:{call.id}")
+            if done is not None and isinstance(done.result, dict):
+                output = done.result["output"]
+                messages.append(
+                    ToolResultMessage(
+                        call_id=call.id or "",
+                        name=call.name,
+                        content=output if isinstance(output, str) else dumps(output),
+                        is_error=bool(done.result.get("failed")),
+                    )
+                )
+    tool_results = {
+        str(op.input.get("call_id")): op.result
+        for op in tools.values()
+        if isinstance(op.input, dict)
+    }
+    pending = [i for i in tx.run_interactions(run.id) if i.status == "pending"]
+    final = run.outcome.get("output") if isinstance(run.outcome, dict) else None
+    return Checkpoint(
+        messages=messages,
+        turns=turns,
+        usage=Usage.from_json(run.usage),
+        cost_usd=None if cost is None else round(cost, 8),
+        tool_results=tool_results,
+        pending_interactions=pending,
+        final_text=final,
+        updated_at=run.updated_at,
+        possibly_billed_attempts=billed,
+    )
