@@ -63,6 +63,10 @@ def _statements(script: str) -> list[str]:
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
+#: Owner tokens held by open stores of this process: an owner row naming this pid with any
+#: other token was left by a runtime of this process that failed before it could release it.
+_LIVE_TOKENS: set[str] = set()
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -93,6 +97,9 @@ class SqliteStore:
     operation runs, after its result, and before anything is acknowledged to a caller;
     ``fsync="always"`` flushes every commit.
     """
+
+    #: The transaction class; a test can substitute a subclass that injects faults.
+    tx_class: type[SqliteTx] = SqliteTx
 
     def __init__(
         self,
@@ -141,17 +148,20 @@ class SqliteStore:
         conn = sqlite3.connect(
             self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        if not self.memory:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                conn.close()
-                raise StorageError(
-                    f"could not switch {self.path!r} to WAL journal mode "
-                    f"(got {mode!r}); is it on a filesystem without shared "
-                    "memory support, such as a network share?"
-                )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            mode = "wal" if self.memory else conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except BaseException:
+            conn.close()
+            raise
+        if mode.lower() != "wal":
+            conn.close()
+            raise StorageError(
+                f"could not switch {self.path!r} to WAL journal mode (got {mode!r}); is it "
+                "read-only, or on a filesystem without shared memory support such as a network "
+                "share?"
+            )
         return conn
 
     def acquire(
@@ -168,9 +178,18 @@ class SqliteStore:
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the stead database {self.path!r}: {exc}") from exc
+            raise StorageError(
+                f"cannot open the stead database {self.path!r}: {exc}; check that the file and "
+                "its folder are writable by this process and the disk has room"
+            ) from exc
         try:
             info = self._acquire(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StorageError(
+                f"cannot take ownership of the stead database {self.path!r}: {exc}; check that "
+                "the file and its folder are writable by this process and the disk has room"
+            ) from exc
         except BaseException:
             conn.close()
             raise
@@ -188,6 +207,8 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
             raise OwnershipError(
                 f"the stead database {self.path!r} is locked by another "
                 f"process ({exc}); stop it and try again"
@@ -225,7 +246,8 @@ class SqliteStore:
                         f"{host!r}; stop that runtime first (a runtime on another host can't be "
                         "checked for liveness, so it is never replaced automatically)"
                     )
-                if pid == os.getpid() or _pid_alive(pid):
+                stale_here = pid == os.getpid() and token not in _LIVE_TOKENS
+                if not stale_here and (pid == os.getpid() or _pid_alive(pid)):
                     raise OwnershipError(
                         f"the stead database {self.path!r} is owned by a live runtime: pid {pid} "
                         f"on host {host!r}; close that runtime (or use its inbox commands) and "
@@ -258,8 +280,10 @@ class SqliteStore:
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
+        _LIVE_TOKENS.add(self._token)
         return OpenInfo(previous_owner_crashed=crashed, next_sequence=next_sequence)
 
     @staticmethod
@@ -298,23 +322,26 @@ class SqliteStore:
             return
         writer.stop()
         self._writer = None
+        if self._token is not None:
+            _LIVE_TOKENS.discard(self._token)
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
         try:
-            if writer.poisoned is None:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                conn.execute("PRAGMA synchronous = FULL")
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute(
-                    "UPDATE stead_meta SET owner_token = NULL, owner_pid = NULL, "
-                    "sequence_reserved_through = ? WHERE owner_token = ?",
-                    (self._next_sequence - 1, self._token),
-                )
-                conn.execute("COMMIT")
-                if not self.memory:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # Give up ownership even after a failure: the update is fenced by our token, and if
+            # the disk still refuses it, the next owner sees a crashed owner and recovers.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "UPDATE stead_meta SET owner_token = NULL, owner_pid = NULL, "
+                "sequence_reserved_through = ? WHERE owner_token = ?",
+                (self._next_sequence - 1, self._token),
+            )
+            conn.execute("COMMIT")
+            if not self.memory:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
             pass  # the next owner sees a crashed owner and recovers from the journal
         finally:
@@ -351,7 +378,7 @@ class SqliteStore:
             conn.execute(
                 "UPDATE stead_meta SET sequence_reserved_through = ?", (self._reserved_through,)
             )
-        return SqliteTx(conn, self.clock, self._next_sequence, durable)
+        return self.tx_class(conn, self.clock, self._next_sequence, durable)
 
     def savepoint(self, tx: SqliteTx) -> None:
         tx.savepoint()
