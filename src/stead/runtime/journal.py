@@ -181,8 +181,8 @@ class RunJournal:
         ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the
         result is new, returns extra writes for the result's transaction (such as the run's
         usage); ``prepare`` adds writes before the intent (such as the messages the input
-        refers to). ``commit_intent`` waits for a safe intent to commit before the work starts
-        (so an attempt is counted even if the process dies during it).
+        refers to). ``commit_intent`` waits for a restarted safe operation's new attempt to commit
+        before the work starts (so a crash loop uses up attempts).
         """
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
@@ -257,8 +257,11 @@ class RunJournal:
             self.created += 1
         if recovery != "safe":
             await intent  # the effect must not start before its intent is on disk
-        elif commit_intent:
-            await intent  # the attempt is counted before the work starts
+        elif commit_intent and op is not None:
+            # A restart (after a crash or a failed attempt) is counted before the work starts,
+            # so a call that keeps killing the process runs out of attempts. A first attempt's
+            # intent is pipelined: it commits within microseconds, long before a response.
+            await intent
         if boundaries.hook is not None:
             await intent
             boundaries.hook("intent_committed", key)
