@@ -30,6 +30,7 @@ class Agent:
     max_turns: int = 20
     model_retry: Retry | None = field(default_factory=Retry)
     budget: Budget | None = None
+    stream: bool = False
 
     def __post_init__(self) -> None:
         for name in ("id", "version"):

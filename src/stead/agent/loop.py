@@ -35,6 +35,7 @@ from ..store.records import Interaction
 from ..store.sqlite_tx import SqliteTx
 from .agent import Agent
 from .interactions import ApprovalRequired
+from .streaming import stream_response
 from .tools import ModelRetry, Tool, ToolContext
 
 __all__ = ["AgentOutcome", "run_agent_loop"]
@@ -100,10 +101,10 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                 "turn": turn,
             },
             functools.partial(
-                _call_model, agent, name, request, key, fresh, _attempt_base(journal, key)
+                _call_model, agent, name, request, key, fresh, _attempt_base(journal, key), journal
             ),
             started=functools.partial(_model_started, key, turn),
-            completed=functools.partial(_model_event, key, turn, fresh),
+            completed=functools.partial(_model_event, key, turn, name, fresh),
             prepare=prepare,
             on_result=functools.partial(_model_writes, journal, fresh),
             commit_intent=agent.model_retry is not None and agent.model_retry.max_attempts > 1,
@@ -157,10 +158,15 @@ async def _call_model(
     key: str,
     fresh: list[AssistantMessage],
     attempt_base: int,
+    journal: RunJournal,
     attempt: int,
 ) -> JSON:
+    model: Any = agent.model
     try:
-        response = await agent.model.complete(request)  # type: ignore[union-attr]
+        if agent.stream and callable(getattr(model, "stream", None)):
+            response = await stream_response(model, request, journal, key, attempt)
+        else:
+            response = await model.complete(request)
     except (asyncio.CancelledError, Stop):
         raise
     except Exception as exc:
@@ -230,14 +236,20 @@ def _model_started(key: str, turn: int, attempt: int) -> JSON:
     return {"key": key, "turn": turn, "attempt": attempt}
 
 
-def _model_event(key: str, turn: int, fresh: list[AssistantMessage], result: JSON) -> JSON:
+def _model_event(
+    key: str, turn: int, name: str, fresh: list[AssistantMessage], result: JSON
+) -> JSON:
+    from ..models.pricing import cost_usd
+
     message = fresh[-1]
     return {
         "key": key,
         "turn": turn,
+        "model": name,
         "text": message.text,
         "tool_calls": [{"id": c.id, "name": c.name} for c in message.tool_calls],
         "usage": result["usage"],
+        "cost_usd": cost_usd(name, Usage.from_json(result["usage"])),
     }
 
 

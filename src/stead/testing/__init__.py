@@ -8,7 +8,16 @@ Use them to test agents without a provider::
 from __future__ import annotations
 
 from ._clock import FakeClock
+from ._events import fold_text
 from ._models import FunctionModel, ScriptedModel, Turn
 from .crash import crash_at, kill_self
 
-__all__ = ["FakeClock", "FunctionModel", "ScriptedModel", "Turn", "crash_at", "kill_self"]
+__all__ = [
+    "FakeClock",
+    "FunctionModel",
+    "ScriptedModel",
+    "Turn",
+    "crash_at",
+    "fold_text",
+    "kill_self",
+]

@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import abc
+import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Union
 
+from .._json import canonical
 from ..errors import ValidationError
-from ..messages import ModelRequest, ModelResponse, ToolCall, Usage
+from ..messages import (
+    ModelRequest,
+    ModelResponse,
+    StreamDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 
 __all__ = ["FunctionModel", "ScriptedModel", "Turn"]
 
@@ -44,7 +55,29 @@ def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
     )
 
 
-class ScriptedModel:
+class _Streams(abc.ABC):
+    """``stream()`` for the test models: the answer word by word, then the response."""
+
+    chunk_delay: float = 0.0
+
+    @abc.abstractmethod
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta | ModelResponse]:
+        response = await self.complete(request)
+        words = response.text.split(" ")
+        for index, word in enumerate(words):
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+            yield TextDelta(word if index == len(words) - 1 else word + " ")
+        for index, call in enumerate(response.tool_calls):
+            yield ToolCallDelta(
+                index=index, id=call.id, name=call.name, arguments=canonical(dict(call.arguments))
+            )
+        yield response
+
+
+class ScriptedModel(_Streams):
     """Answers turn *n* of a run (``request.turn``) with ``turns[n-1]``.
 
     Because it answers by turn, not by call count, one instance serves many runs and gives the
@@ -54,13 +87,14 @@ class ScriptedModel:
 
     model_id = "stead:scripted"
 
-    def __init__(self, turns: Sequence[Turn]) -> None:
+    def __init__(self, turns: Sequence[Turn], *, chunk_delay: float = 0.0) -> None:
         if isinstance(turns, str | bytes) or not isinstance(turns, Sequence) or not turns:
             raise ValidationError(
                 "ScriptedModel needs a non-empty list of turns (each a str, a "
                 "list of stead.ToolCall, or a ModelResponse)"
             )
         self.turns = list(turns)
+        self.chunk_delay = chunk_delay
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -72,7 +106,7 @@ class ScriptedModel:
         return _response(self.turns[request.turn - 1], request, self.model_id)
 
 
-class FunctionModel:
+class FunctionModel(_Streams):
     """A model whose answer is ``fn(request)`` (sync or async), returning a str, a list of
     :class:`stead.ToolCall` or a :class:`stead.ModelResponse`."""
 
@@ -81,11 +115,13 @@ class FunctionModel:
         fn: Callable[[ModelRequest], Turn | Awaitable[Turn]],
         *,
         model_id: str = "stead:function",
+        chunk_delay: float = 0.0,
     ) -> None:
         if not callable(fn):
             raise ValidationError(f"FunctionModel needs a callable, got {fn!r}")
         self.fn = fn
         self.model_id = model_id
+        self.chunk_delay = chunk_delay
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
