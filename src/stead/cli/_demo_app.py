@@ -18,7 +18,11 @@ SESSION, REQUEST = "customer-42:chat-1", "msg-1"
 PROMPT = "My order 17 arrived broken. Please refund it."
 
 
-def build_app(ledger: str) -> stead.App:
+def build_app(ledger: str, model: stead.Model | str | None = None) -> stead.App:
+    """The demo's support agent. ``model`` defaults to ``$STEAD_MODEL`` (for example
+    ``openai:gpt-4.1-mini``, or ``openai-compatible:llama3.1@http://localhost:11434/v1`` for a
+    local Ollama), else the offline scripted model."""
+
     @stead.tool(recovery="safe")
     async def lookup_order(order_id: str) -> dict[str, object]:
         """Look up an order by id."""
@@ -56,11 +60,15 @@ def build_app(ledger: str) -> stead.App:
             "3-5 days.",
         ]
     )
-    model = stead.testing.FunctionModel(slow, model_id="stead:demo-scripted")
+    chosen = (
+        model
+        or os.environ.get("STEAD_MODEL")
+        or stead.testing.FunctionModel(slow, model_id="stead:demo-scripted")
+    )
     agent = stead.Agent(
         id="support",
         version="1",
-        model=model,
+        model=chosen,
         instructions="You are a support agent. Look orders up before refunding.",
         tools=[lookup_order, refund],
         max_turns=8,

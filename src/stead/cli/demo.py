@@ -48,12 +48,18 @@ def _show(line: str) -> dict[str, object]:
 )
 @click.option(
     "--kill-at",
-    default="model:3",
-    show_default=True,
-    help="SIGKILL the run when this operation starts.",
+    default=None,
+    help="SIGKILL the run when this operation starts (default: the model call after the refund).",
 )
-def demo(db: str, kill_at: str) -> None:
-    """Crash an agent run with SIGKILL and resume it: the refund runs exactly once."""
+def demo(db: str, kill_at: str | None) -> None:
+    """Crash an agent run with SIGKILL and resume it: the refund runs exactly once.
+
+    Offline by default (a scripted model). Set STEAD_MODEL to use a real one, for example
+    STEAD_MODEL=openai:gpt-4.1-mini with OPENAI_API_KEY, STEAD_MODEL=anthropic:claude-sonnet-4-5
+    with ANTHROPIC_API_KEY, or STEAD_MODEL=openai-compatible:llama3.1@http://localhost:11434/v1
+    for a local Ollama.
+    """
+    model_name = os.environ.get("STEAD_MODEL") or "offline scripted model"
     path = Path(db)
     ledger = path.with_name(path.name + ".payments.jsonl")
     for stale in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), ledger):
@@ -62,34 +68,40 @@ def demo(db: str, kill_at: str) -> None:
         Panel.fit(
             "A support agent looks up order 17, refunds it through a payments API (an "
             "[bold]idempotent[/] tool), then writes its answer.\nThe process is killed with "
-            f"[bold red]SIGKILL[/] when [bold]{kill_at}[/] starts, then a new process resumes the "
-            "run from the journal.",
+            f"[bold red]SIGKILL[/] when [bold]{kill_at or 'the model call after the refund'}[/] "
+            "starts, then a new process resumes the run from the journal.",
             title="stead demo",
             border_style="cyan",
         )
     )
 
-    console.print(f"\n[bold]1. first process[/] (offline scripted model, journal [cyan]{path}[/])")
+    console.print(f"\n[bold]1. first process[/] ({model_name}, journal [cyan]{path}[/])")
     child = _child(path, ledger)
     assert child.stdout is not None
-    killed = False
+    killed: str | None = None
+    refunded = False
     for line in child.stdout:
         record = _show(line)
         data = record.get("data")
-        if (
-            record.get("type") == "model_started"
-            and isinstance(data, dict)
-            and data.get("key") == kill_at
-        ):
+        if not isinstance(data, dict):
+            continue
+        if record.get("type") == "tool_completed" and data.get("tool") == "refund":
+            refunded = True
+        key = data.get("key")
+        if record.get("type") == "model_started" and (key == kill_at if kill_at else refunded):
             os.kill(child.pid, signal.SIGKILL)
-            killed = True
+            killed = str(key)
             break
     child.wait()
-    if not killed:
-        raise click.ClickException(f"the run never reached {kill_at}; nothing was killed")
+    if killed is None:
+        raise click.ClickException(
+            f"the run never reached {kill_at or 'a model call after the refund'}; nothing was "
+            "killed (with a real model, the agent may have answered without refunding)"
+        )
+    kill_at = killed
     console.print(
         f"  [bold red]✗ process {child.pid} killed with SIGKILL[/] "
-        f"(exit status {child.returncode}) while {kill_at} was in progress\n"
+        f"(exit status {child.returncode}) while {killed} was in progress\n"
     )
 
     console.print("[bold]2. second process[/]: opens the same file and resumes")
