@@ -300,3 +300,39 @@ async def test_run_agent_resumes_or_returns_the_stored_outcome(db: str) -> None:
     assert first.output == again.output == "hello"
     assert first.run_id == again.run_id == "job-1"
     assert len(model.requests) == 1
+
+
+async def test_cost_per_response_and_per_run_with_an_overridable_price_table(db: str) -> None:
+    from stead.models.pricing import DEFAULT_PRICES, Price
+
+    def answer(request: stead.ModelRequest) -> stead.ModelResponse:
+        return stead.ModelResponse(
+            text="ok", usage=stead.Usage(input_tokens=1_000_000, output_tokens=500_000)
+        )
+
+    agent = stead.Agent(
+        id="a",
+        version="1",
+        model=FunctionModel(answer, model_id="my:model"),
+        budget=stead.Budget(max_cost_usd=100),
+    )
+    prices = {**DEFAULT_PRICES, "my:model": Price(input=2.0, output=8.0)}
+    app = stead.App(agents=[agent], prices=prices)
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await run.result()
+        events = [e async for e in run.events()]
+        checkpoint = (await run.snapshot()).checkpoint
+    (completed,) = [e for e in events if e.type == "model_completed"]
+    assert completed.data["cost_usd"] == 6.0  # 1M input at $2 + 0.5M output at $8
+    assert checkpoint.cost_usd == 6.0
+
+
+async def test_max_cost_budget_needs_a_price(db: str) -> None:
+    agent = stead.Agent(
+        id="a", version="1", model=ScriptedModel(["x"]), budget=stead.Budget(max_cost_usd=1)
+    )
+    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        with pytest.raises(stead.RunFailed, match="no price for model 'stead:scripted'"):
+            await run.result()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .agent.agent import Agent
 from .errors import NotFoundError, StorageError, ValidationError
+from .models.pricing import Price
 
 if TYPE_CHECKING:
     from .runtime.runtime import Limits, Runtime
@@ -24,7 +25,13 @@ class App:
         async with await app.open(stead.SqliteStore("stead.db")) as runtime: ...
     """
 
-    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+    def __init__(
+        self, agents: Iterable[Agent] = (), *, prices: Mapping[str, Price] | None = None
+    ) -> None:
+        """``prices`` replaces the price table used for cost and ``max_cost_usd`` budgets
+        (default :data:`stead.models.pricing.DEFAULT_PRICES`; extend it with
+        ``{**DEFAULT_PRICES, "openai-compatible:llama3.1": Price(0, 0)}``)."""
+        self.prices = prices
         self._agents: dict[tuple[str, str], Agent] = {}
         self._latest: dict[str, str] = {}
         for agent in agents:

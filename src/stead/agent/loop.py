@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..messages import (
     message_to_json,
 )
 from ..models import model_id
+from ..models.pricing import Price
 from ..runtime.control import Blocked, Failed, RetryLater, Stop, Waiting
 from ..runtime.journal import RunJournal, write_messages
 from ..store.records import Interaction
@@ -104,7 +106,7 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                 _call_model, agent, name, request, key, fresh, _attempt_base(journal, key), journal
             ),
             started=functools.partial(_model_started, key, turn),
-            completed=functools.partial(_model_event, key, turn, name, fresh),
+            completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
             prepare=prepare,
             on_result=functools.partial(_model_writes, journal, fresh),
             commit_intent=agent.model_retry is not None and agent.model_retry.max_attempts > 1,
@@ -237,7 +239,12 @@ def _model_started(key: str, turn: int, attempt: int) -> JSON:
 
 
 def _model_event(
-    key: str, turn: int, name: str, fresh: list[AssistantMessage], result: JSON
+    key: str,
+    turn: int,
+    name: str,
+    prices: Mapping[str, Price] | None,
+    fresh: list[AssistantMessage],
+    result: JSON,
 ) -> JSON:
     from ..models.pricing import cost_usd
 
@@ -249,7 +256,7 @@ def _model_event(
         "text": message.text,
         "tool_calls": [{"id": c.id, "name": c.name} for c in message.tool_calls],
         "usage": result["usage"],
-        "cost_usd": cost_usd(name, Usage.from_json(result["usage"])),
+        "cost_usd": cost_usd(name, Usage.from_json(result["usage"]), prices),
     }
 
 
@@ -267,7 +274,7 @@ def _check_budget(agent: Agent, journal: RunJournal, turn: int, name: str) -> No
     elif budget.max_cost_usd is not None:
         from ..models.pricing import cost_usd
 
-        cost = cost_usd(name, used)
+        cost = cost_usd(name, used, journal.prices)
         if cost is None:
             raise Failed(
                 f"the budget sets max_cost_usd but there is no price for model {name!r}; add "

@@ -16,6 +16,7 @@ from ..messages import (
     UserMessage,
     message_from_json,
 )
+from ..models.pricing import Price
 from ..store.records import Interaction, Operation, Run, RunStatus
 from ..store.sqlite_tx import SqliteTx
 
@@ -39,7 +40,12 @@ class Checkpoint:
     possibly_billed_attempts: int
 
 
-def build_checkpoint(tx: SqliteTx, run: Run, operations: Sequence[Operation]) -> Checkpoint:
+def build_checkpoint(
+    tx: SqliteTx,
+    run: Run,
+    operations: Sequence[Operation],
+    prices: Mapping[str, Price] | None = None,
+) -> Checkpoint:
     from ..models.pricing import cost_usd
 
     messages: list[Message] = []
@@ -62,7 +68,9 @@ def build_checkpoint(tx: SqliteTx, run: Run, operations: Sequence[Operation]) ->
         if op.status != "completed" or not isinstance(op.result, dict):
             continue
         turns += 1
-        price = cost_usd(str(op.input.get("model")), Usage.from_json(op.result.get("usage")))
+        price = cost_usd(
+            str(op.input.get("model")), Usage.from_json(op.result.get("usage")), prices
+        )
         cost = None if cost is None or price is None else cost + price
         if run.status == RunStatus.COMPLETED:
             continue

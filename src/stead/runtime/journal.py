@@ -13,12 +13,13 @@ and ``idempotent`` intents are barriers: the effect does not start before its in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .._json import JSON, canonical, digest, digest_text, dumps
 from ..errors import StorageError
 from ..messages import Message, Usage, message_to_json
+from ..models.pricing import Price
 from ..store.records import Interaction, Operation, Recovery, Run
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx, history_node
@@ -96,6 +97,7 @@ class RunJournal:
         self.usage = Usage()
         self.max_payload_bytes = max_payload_bytes
         self.max_operations = max_operations
+        self.prices: Mapping[str, Price] | None = None
         self._keys: set[str] = set()
         self._last_write: asyncio.Future[Any] | None = None
 

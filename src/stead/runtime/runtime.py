@@ -656,6 +656,7 @@ class Runtime:
             self.limits.max_payload_bytes,
             self.limits.max_operations_per_run,
         )
+        journal.prices = self.app.prices
         for body in history:
             journal.conversation.append(message_from_json(loads(body)), stored=True)
         history_length = len(history)
@@ -854,6 +855,7 @@ class Runtime:
 
     async def _snapshot(self, run_id: str) -> Snapshot:
         self._check()
+        prices = self.app.prices
 
         def read(tx: SqliteTx) -> Snapshot | None:
             run = tx.get_run(run_id)
@@ -864,7 +866,7 @@ class Runtime:
                 run=run,
                 operations=operations,
                 cursor=tx.last_sequence(run_id),
-                checkpoint=build_checkpoint(tx, run, operations),
+                checkpoint=build_checkpoint(tx, run, operations, prices),
             )
 
         snapshot = await self.store.submit(read, read_only=True)
