@@ -49,6 +49,7 @@ __all__ = ["Limits", "Runtime"]
 
 _ID_MAX = 512
 _EVENT_PAGE = 500
+_OUTCOME_CACHE = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class Runtime:
         self._subscribers: dict[str, set[asyncio.Queue[Event]]] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._outcomes: dict[str, RunOutcome] = {}
         listen = getattr(store.clock, "add_listener", None)
         if callable(listen):  # a test clock wakes the scheduler when time is moved
             listen(self._wake.set)
@@ -697,10 +699,10 @@ class Runtime:
             "usage": outcome.usage.to_json(),
         }
 
-        def complete(tx: SqliteTx) -> None:
+        def complete(tx: SqliteTx) -> bool:
             current = tx.get_run(run_id)
             if current is None or current.status != RunStatus.RUNNING:
-                return  # cancelled meanwhile
+                return False  # cancelled meanwhile
             write_messages(tx, pending)
             tx.update_run(
                 run_id,
@@ -710,8 +712,18 @@ class Runtime:
                 usage=outcome.usage.to_json(),
             )
             tx.append_event(run_id, "status", {"status": "completed"})
+            return True
 
-        await self.store.submit(complete, barrier=True)
+        if await self.store.submit(complete, barrier=True):
+            # Completed and on disk: answer result() from memory (bounded; the journal is truth).
+            self._outcomes[run_id] = RunOutcome(
+                run_id=run_id,
+                output=outcome.output,
+                messages=conversation.messages[history_length:],
+                usage=outcome.usage,
+            )
+            while len(self._outcomes) > _OUTCOME_CACHE:
+                self._outcomes.pop(next(iter(self._outcomes)))
 
     async def _stop(
         self,
@@ -779,6 +791,9 @@ class Runtime:
     async def _result(self, run_id: str) -> RunOutcome:
         while True:
             self._check()
+            cached = self._outcomes.get(run_id)
+            if cached is not None:
+                return cached
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(run_id, []).append(waiter)
             found = await self.store.submit(
