@@ -16,7 +16,7 @@ from typing import Any
 
 import pydantic
 
-from .._json import JSON, NotJSONError, canonical, digest_text, dumps, to_json
+from .._json import JSON, NotJSONError, canonical, digest_text, dumps, loads, to_json
 from ..errors import ModelError
 from ..messages import (
     AssistantMessage,
@@ -92,6 +92,7 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             write_messages(tx, pending)
 
         fresh: list[AssistantMessage] = []
+        bodies: list[str] = []
         result = await journal.operation(
             key,
             "model",
@@ -103,23 +104,33 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                 "turn": turn,
             },
             functools.partial(
-                _call_model, agent, name, request, key, fresh, _attempt_base(journal, key), journal
+                _call_model,
+                agent,
+                name,
+                request,
+                key,
+                fresh,
+                bodies,
+                _attempt_base(journal, key),
+                journal,
             ),
             started=functools.partial(_model_started, key, turn),
             completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
             prepare=prepare,
-            on_result=functools.partial(_model_writes, journal, fresh),
+            on_result=functools.partial(_model_writes, journal, bodies),
             commit_intent=agent.model_retry is not None and agent.model_retry.max_attempts > 1,
         )
         if fresh:
             assistant = fresh[-1]
+            body = bodies[-1]
         else:  # replayed: the runtime attached the stored message to the result
-            stored = message_from_json(result["stored_message"])
+            body = result["stored_body"]
+            stored = message_from_json(loads(body))
             assert isinstance(stored, AssistantMessage)
             assistant = stored
         journal.usage = journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
         calls = assistant.tool_calls
-        conversation.append(assistant)
+        conversation.append(assistant, body=body)
         if not calls:
             return AgentOutcome(output=assistant.text, usage=journal.usage)
         outcomes = await asyncio.gather(
@@ -159,6 +170,7 @@ async def _call_model(
     request: ModelRequest,
     key: str,
     fresh: list[AssistantMessage],
+    bodies: list[str],
     attempt_base: int,
     journal: RunJournal,
     attempt: int,
@@ -183,10 +195,12 @@ async def _call_model(
     message = AssistantMessage(
         text=response.text, tool_calls=_normalize_calls(response.tool_calls, request.turn)
     )
+    body = canonical(message_to_json(message))
     fresh.append(message)
+    bodies.append(body)
     # The message itself is stored once, as a blob shared with the history chain.
     return {
-        "message": digest_text(canonical(message_to_json(message))),
+        "message": digest_text(body),
         "usage": response.usage.to_json(),
         "model": response.model,
         "finish_reason": response.finish_reason,
@@ -222,8 +236,8 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
     )
 
 
-def _model_writes(journal: RunJournal, fresh: list[AssistantMessage], result: JSON) -> Any:
-    body = canonical(message_to_json(fresh[-1]))
+def _model_writes(journal: RunJournal, bodies: list[str], result: JSON) -> Any:
+    body = bodies[-1]
     total = (journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)).to_json()
     run_id = journal.run.id
 

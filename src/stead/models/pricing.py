@@ -18,6 +18,7 @@ uncached input is ``input_tokens - cache_read_tokens - cache_write_tokens``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,7 +103,17 @@ def find_price(model_id: str, prices: Mapping[str, Price] | None = None) -> Pric
     An exact key wins; otherwise the longest key whose model name matches and whose provider
     (when both name one) is the same.
     """
-    table = DEFAULT_PRICES if prices is None else prices
+    if prices is None:
+        return _default_price(model_id)
+    return _lookup(model_id, prices)
+
+
+@functools.lru_cache(maxsize=256)
+def _default_price(model_id: str) -> Price | None:
+    return _lookup(model_id, DEFAULT_PRICES)
+
+
+def _lookup(model_id: str, table: Mapping[str, Price]) -> Price | None:
     exact = table.get(model_id)
     if exact is not None:
         return exact

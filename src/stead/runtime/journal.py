@@ -50,8 +50,10 @@ class Conversation:
     def head(self) -> str | None:
         return self.heads[-1] if self.heads else None
 
-    def append(self, message: Message, *, stored: bool = False) -> None:
-        body = canonical(message_to_json(message))
+    def append(self, message: Message, *, stored: bool = False, body: str | None = None) -> None:
+        """Add a message; ``body`` is its canonical JSON when the caller has it already."""
+        if body is None:
+            body = canonical(message_to_json(message))
         blob = digest_text(body)
         node = history_node(self.head, blob)
         if not stored:

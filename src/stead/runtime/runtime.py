@@ -1099,8 +1099,8 @@ def _attach_message(tx: SqliteTx, op: Operation) -> Operation:
         or "message" not in op.result
     ):
         return op
-    stored = loads(tx.get_blob(op.result["message"]))
-    return dataclasses.replace(op, result={**op.result, "stored_message": stored})
+    body = tx.get_blob(op.result["message"])
+    return dataclasses.replace(op, result={**op.result, "stored_body": body})
 
 
 class _Closed:
