@@ -1,0 +1,521 @@
+"""stead against its peers: the same 10-tool-call agent loop, durable, side by side.
+
+One run is the loop an agent framework journals: model turn 1 asks for tool call 1, the tool
+runs, model turn 2 asks for tool call 2, ..., ten tool calls, then a final model answer. That is
+21 durable steps (11 model calls + 10 tool calls). The model is fake and the tool is trivial, so
+what is left is the cost of making each step durable.
+
+Systems, each at its fastest *durable* setting on SQLite (WAL journal, synchronous=FULL, i.e.
+every commit is fsynced before the step counts as done):
+
+* stead, ``SqliteStore(fsync="barriers")`` (the default) and ``fsync="always"``;
+* DBOS Transact, SQLite system database, a ``@DBOS.workflow()`` calling ``@DBOS.step()``
+  functions ``model`` and ``tool`` in a loop (the database is created in WAL mode before launch,
+  since DBOS leaves SQLite's default rollback journal alone);
+* LangGraph, ``StateGraph`` with an ``agent`` node, a ``tools`` node and a conditional edge,
+  compiled with a ``SqliteSaver`` checkpointer (it switches the file to WAL itself) and invoked
+  with ``durability="sync"``, so every super-step is checkpointed before the next one starts.
+
+Each run gets a fresh database in a fresh temporary directory, per system; opening the
+database, migrations and launch happen before the clock starts. Runs are interleaved across
+systems (round-robin) so that machine noise hits all of them alike, after warm-up rounds that are
+not counted. The figure reported is the median over runs of (run wall time / 21) in ms.
+
+    .venv/bin/python benchmarks/peers.py [--runs 20] [--warmup 2] [--dir PATH]
+
+Peers are optional: ``pip install -e '.[bench]'`` installs them; a missing one is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import inspect
+import logging
+import operator
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypedDict
+
+from rich.console import Console
+from rich.table import Table
+
+TOOL_CALLS = 10
+STEPS_PER_RUN = 2 * TOOL_CALLS + 1  # 11 model calls + 10 tool calls
+FINAL_ANSWER = "done"
+PROMPT = "go"
+
+# Targets: stead's speed-up per durable step over *each* peer.
+TARGET_BARRIERS = 10.0  # stead default (fsync="barriers")
+TARGET_ALWAYS = 5.0  # stead fsync="always"
+
+# Piped output (CI logs, files) would otherwise wrap at 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=120)
+
+
+# --------------------------------------------------------------------------------------------
+# The shared workload: one fake model and one trivial tool, identical for every system.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepCounter:
+    """Counts the model and tool calls a run really made, to check every system did 21 steps."""
+
+    model: int = 0
+    tool: int = 0
+
+    def reset(self) -> None:
+        self.model = 0
+        self.tool = 0
+
+    @property
+    def steps(self) -> int:
+        return self.model + self.tool
+
+
+COUNTER = StepCounter()
+
+
+def fake_model(turn: int) -> dict[str, Any]:
+    """The fake model the peers call: a tool call for turns 1..10, then the final answer.
+
+    It answers exactly what stead's ``ScriptedModel`` is scripted to answer (see ``_stead_app``).
+    """
+    COUNTER.model += 1
+    if turn <= TOOL_CALLS:
+        n = turn - 1
+        return {
+            "role": "assistant",
+            "tool_call": {"name": "lookup", "arguments": {"i": n}, "id": f"c{n}"},
+        }
+    return {"role": "assistant", "text": FINAL_ANSWER}
+
+
+def lookup_tool(i: int) -> dict[str, Any]:
+    """The tool every system runs: trivial work, JSON-able result."""
+    COUNTER.tool += 1
+    return {"i": i}
+
+
+# --------------------------------------------------------------------------------------------
+# Harness
+# --------------------------------------------------------------------------------------------
+
+# One run of a system: set up a fresh database in run_dir (untimed), run the agent loop once
+# (timed), check it did the whole workload, and return the timed wall time in seconds.
+RunOnce = Callable[[Path, int], float]
+
+
+@dataclass
+class System:
+    name: str
+    setting: str
+    run_once: RunOnce | None
+    skipped: str | None = None
+    samples_ms_per_step: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        if not self.samples_ms_per_step:
+            return None
+        return statistics.median(self.samples_ms_per_step)
+
+
+class BenchError(RuntimeError):
+    """A system did not run the workload it was asked to run."""
+
+
+def _check(system: str, output: object, expected_steps: int | None = STEPS_PER_RUN) -> None:
+    if output != FINAL_ANSWER:
+        raise BenchError(f"{system}: final output {output!r}, expected {FINAL_ANSWER!r}")
+    if expected_steps is not None and COUNTER.steps != expected_steps:
+        raise BenchError(f"{system}: ran {COUNTER.steps} steps, expected {expected_steps}")
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _missing(what: str, exc: BaseException) -> str:
+    return f"{what} is not installed ({exc}); install the peers with: pip install -e '.[bench]'"
+
+
+# --------------------------------------------------------------------------------------------
+# stead
+# --------------------------------------------------------------------------------------------
+
+_stead_cache: dict[str, Any] = {}
+
+
+def _stead_app() -> Any:
+    """The stead App, built once: ScriptedModel answers by turn, so one instance serves all runs."""
+    if "app" in _stead_cache:
+        return _stead_cache["app"]
+    import stead
+    from stead.testing import ScriptedModel
+
+    @stead.tool(recovery="safe")
+    def lookup(i: int) -> dict[str, Any]:
+        return lookup_tool(i)
+
+    script: list[Any] = [
+        [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")] for n in range(TOOL_CALLS)
+    ]
+    script.append(FINAL_ANSWER)
+    agent = stead.Agent(
+        id="bench",
+        version="1",
+        model=ScriptedModel(script),
+        instructions="Call lookup until the script says done.",
+        tools=[lookup],
+        max_turns=50,
+    )
+    app = stead.App(agents=[agent])
+    _stead_cache["app"] = app
+    return app
+
+
+def stead_system(fsync: Literal["barriers", "always"]) -> System:
+    name, setting = "stead", f'SqliteStore(fsync="{fsync}")'
+    try:
+        import stead
+
+        app = _stead_app()
+    except Exception as exc:  # stead is written alongside this script: report, don't crash
+        return System(name, setting, None, skipped=f"stead is not usable: {exc!r}")
+
+    async def once(run_dir: Path, n: int) -> float:
+        store = stead.SqliteStore(str(run_dir / "stead.db"), fsync=fsync)
+        async with await app.open(store) as runtime:
+            t0 = time.perf_counter()
+            handle = await runtime.submit(
+                "bench", session_id=f"s{n}", request_id=f"r{n}", prompt=PROMPT
+            )
+            outcome = await handle.result()
+            elapsed = time.perf_counter() - t0
+        # ScriptedModel's calls are not counted by COUNTER: check the 10 tool calls only.
+        _check(f"stead {setting}", outcome.output, expected_steps=None)
+        if COUNTER.tool != TOOL_CALLS:
+            raise BenchError(f"stead: ran {COUNTER.tool} tool calls, expected {TOOL_CALLS}")
+        return elapsed
+
+    def run_once(run_dir: Path, n: int) -> float:
+        return asyncio.run(once(run_dir, n))
+
+    return System(name, setting, run_once)
+
+
+# --------------------------------------------------------------------------------------------
+# DBOS Transact
+# --------------------------------------------------------------------------------------------
+
+_dbos_cache: dict[str, Any] = {}
+
+
+def _dbos_workflow() -> Callable[[str], str]:
+    """Register the DBOS workflow and steps once per process (DBOS keeps a global registry)."""
+    if "workflow" in _dbos_cache:
+        return _dbos_cache["workflow"]  # type: ignore[no-any-return]
+    from dbos import DBOS
+
+    @DBOS.step()
+    def model(turn: int) -> dict[str, Any]:
+        return fake_model(turn)
+
+    @DBOS.step()
+    def tool(i: int) -> dict[str, Any]:
+        return lookup_tool(i)
+
+    @DBOS.workflow()
+    def agent_run(prompt: str) -> str:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        turn = 0
+        while True:
+            turn += 1
+            reply = model(turn)
+            messages.append(reply)
+            if "tool_call" not in reply:
+                return str(reply["text"])
+            call = reply["tool_call"]
+            result = tool(**call["arguments"])
+            messages.append({"role": "tool", "id": call["id"], "content": result})
+
+    _dbos_cache["workflow"] = agent_run
+    return agent_run
+
+
+def dbos_system() -> System:
+    name, setting = "DBOS", "SQLite system db, WAL, synchronous=FULL"
+    try:
+        from dbos import DBOS, DBOSConfig
+    except ImportError as exc:
+        return System(name, setting, None, skipped=_missing("dbos", exc))
+    workflow = _dbos_workflow()
+    # Keep DBOS quiet and local: no OTLP export, no Conductor; older releases also start an
+    # HTTP admin server on launch unless told not to.
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    extra: dict[str, Any] = {}
+    if "run_admin_server" in DBOSConfig.__annotations__:
+        extra["run_admin_server"] = False
+
+    def run_once(run_dir: Path, n: int) -> float:
+        db = run_dir / "dbos.sqlite"
+        # WAL is persistent in the file; DBOS itself opens SQLite in the default rollback
+        # journal mode, which is slower. synchronous stays at SQLite's default, FULL.
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise BenchError(f"DBOS: could not put {db} in WAL mode (got {mode!r})")
+        config: dict[str, Any] = {
+            "name": "stead-peers-bench",
+            "system_database_url": f"sqlite:///{db}",
+            "enable_otlp": False,
+            "log_level": "WARNING",
+            **extra,
+        }
+        DBOS(config=config)  # type: ignore[arg-type]
+        try:
+            DBOS.launch()
+            t0 = time.perf_counter()
+            output = workflow(PROMPT)
+            elapsed = time.perf_counter() - t0
+        finally:
+            DBOS.destroy()
+        _check(name, output)
+        return elapsed
+
+    return System(name, setting, run_once)
+
+
+# --------------------------------------------------------------------------------------------
+# LangGraph
+# --------------------------------------------------------------------------------------------
+
+
+class AgentState(TypedDict):
+    """LangGraph's graph state (module level: LangGraph resolves its annotations by name)."""
+
+    messages: Annotated[list[dict[str, Any]], operator.add]
+    turn: int
+
+
+def langgraph_system() -> System:
+    name, setting = "LangGraph", 'SqliteSaver, WAL, synchronous=FULL, durability="sync"'
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.graph import END, START, StateGraph
+    except ImportError as exc:
+        return System(name, setting, None, skipped=_missing("langgraph-checkpoint-sqlite", exc))
+
+    def agent(state: AgentState) -> dict[str, Any]:
+        turn = state["turn"] + 1
+        return {"messages": [fake_model(turn)], "turn": turn}
+
+    def tools(state: AgentState) -> dict[str, Any]:
+        call = state["messages"][-1]["tool_call"]
+        result = lookup_tool(**call["arguments"])
+        return {"messages": [{"role": "tool", "id": call["id"], "content": result}]}
+
+    def route(state: AgentState) -> str:
+        return "tools" if "tool_call" in state["messages"][-1] else END
+
+    builder = StateGraph(AgentState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+
+    if "durability" not in inspect.signature(builder.compile().invoke).parameters:
+        return System(
+            name,
+            setting,
+            None,
+            skipped=f"langgraph {_version('langgraph')} has no durability= (needs >= 0.6)",
+        )
+
+    def run_once(run_dir: Path, n: int) -> float:
+        with contextlib.closing(
+            sqlite3.connect(run_dir / "langgraph.sqlite", check_same_thread=False)
+        ) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            saver = SqliteSaver(conn)
+            saver.setup()
+            graph = builder.compile(checkpointer=saver)
+            config: Any = {"configurable": {"thread_id": f"t{n}"}, "recursion_limit": 100}
+            t0 = time.perf_counter()
+            state = graph.invoke(
+                {"messages": [{"role": "user", "content": PROMPT}], "turn": 0},
+                config,
+                durability="sync",
+            )
+            elapsed = time.perf_counter() - t0
+        _check(name, state["messages"][-1].get("text"))
+        return elapsed
+
+    return System(name, setting, run_once)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver and report
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _run_dir(base: Path | None, label: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix=f"stead-peers-{label}-", dir=base) as d:
+        yield Path(d)
+
+
+def _fs_type(path: Path) -> str:
+    """The filesystem type holding path (from /proc/mounts; 'unknown' elsewhere)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    best, fstype = "", "unknown"
+    target = str(path.resolve())
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3 or len(parts[1]) < len(best):
+            continue
+        if target == parts[1] or target.startswith(parts[1].rstrip("/") + "/"):
+            best, fstype = parts[1], parts[2]
+    return fstype
+
+
+def measure(systems: list[System], runs: int, warmup: int, base: Path | None) -> None:
+    active = [s for s in systems if s.run_once is not None]
+    for rnd in range(warmup + runs):
+        for system in active:
+            assert system.run_once is not None
+            label = system.name.lower()
+            with _run_dir(base, label) as run_dir:
+                COUNTER.reset()
+                try:
+                    elapsed = system.run_once(run_dir, rnd)
+                except Exception as exc:
+                    if system.name != "stead":
+                        raise
+                    # stead is being built alongside this script: report, don't crash the peers.
+                    system.skipped = f"stead failed: {type(exc).__name__}: {exc}"
+                    system.run_once = None
+                    system.samples_ms_per_step.clear()
+                    continue
+            if rnd >= warmup:
+                system.samples_ms_per_step.append(elapsed * 1000.0 / STEPS_PER_RUN)
+        active = [s for s in active if s.run_once is not None]
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def report(systems: list[System], runs: int, warmup: int, base: Path) -> None:
+    console.print(
+        f"[bold]stead vs peers[/bold]: {TOOL_CALLS}-tool-call agent loop = {STEPS_PER_RUN} "
+        f"durable steps/run; {runs} runs after {warmup} warm-up, fresh database per run"
+    )
+    console.print(
+        f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"stead {_version('stead')}, dbos {_version('dbos')}, "
+        f"langgraph {_version('langgraph')}, "
+        f"langgraph-checkpoint-sqlite {_version('langgraph-checkpoint-sqlite')}"
+    )
+    fstype = _fs_type(base)
+    console.print(f"databases under {base} ({fstype}), {os.cpu_count()} CPUs")
+    if fstype in {"tmpfs", "ramfs"}:
+        console.print(
+            "[yellow]warning: the databases are on a RAM filesystem, fsync costs nothing "
+            "there; pass --dir on a disk for meaningful numbers[/yellow]"
+        )
+
+    table = Table(title="ms per durable step (median over runs, lower is better)")
+    table.add_column("system")
+    table.add_column("setting")
+    table.add_column("ms/step", justify="right")
+    table.add_column("min", justify="right")
+    table.add_column("max", justify="right")
+    table.add_column("ms/run", justify="right")
+    for s in systems:
+        if s.skipped is not None or not s.samples_ms_per_step:
+            table.add_row(s.name, s.setting, "skipped", "", "", "")
+            continue
+        med = s.median
+        table.add_row(
+            s.name,
+            s.setting,
+            _fmt_ms(med),
+            _fmt_ms(min(s.samples_ms_per_step)),
+            _fmt_ms(max(s.samples_ms_per_step)),
+            _fmt_ms(None if med is None else med * STEPS_PER_RUN),
+        )
+    console.print(table)
+    for s in systems:
+        if s.skipped is not None:
+            console.print(f"[yellow]skipped {s.name} ({s.setting}): {s.skipped}[/yellow]")
+
+    steads = [s for s in systems if s.name == "stead"]
+    peers = [s for s in systems if s.name != "stead"]
+    ratios = Table(title="stead speed-up per durable step (peer ms/step / stead ms/step)")
+    ratios.add_column("stead setting")
+    ratios.add_column("vs")
+    ratios.add_column("speed-up", justify="right")
+    ratios.add_column("target", justify="right")
+    ratios.add_column("result")
+    for st in steads:
+        target = TARGET_ALWAYS if '"always"' in st.setting else TARGET_BARRIERS
+        for peer in peers:
+            if st.median is None or peer.median is None:
+                ratios.add_row(st.setting, peer.name, "-", f">= {target:g}x", "n/a")
+                continue
+            speedup = peer.median / st.median
+            verdict = "[green]PASS[/green]" if speedup >= target else "[red]MISS[/red]"
+            ratios.add_row(st.setting, peer.name, f"{speedup:.1f}x", f">= {target:g}x", verdict)
+    console.print(ratios)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=20, help="measured runs per system")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up runs")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where to create the per-run temporary databases (default: the system temp dir)",
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0:
+        parser.error("--runs must be >= 1 and --warmup >= 0")
+    base: Path = args.dir if args.dir is not None else Path(tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+
+    systems = [
+        stead_system("barriers"),
+        stead_system("always"),
+        dbos_system(),
+        langgraph_system(),
+    ]
+    measure(systems, args.runs, args.warmup, args.dir)
+    report(systems, args.runs, args.warmup, base)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
