@@ -378,21 +378,50 @@ async def test_model_error_fails_the_run_and_retry_continues(db: str) -> None:
             await run.retry()
 
 
-async def test_cancel_is_terminal(db: str) -> None:
+async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
+    cancelled = asyncio.Event()
+
     async def slow(request: stead.ModelRequest) -> str:
-        await asyncio.sleep(30)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         return "never"
 
     app = stead.App(agents=[_agent(FunctionModel(slow))])
     async with await app.open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
-        while await run.status() is not stead.RunStatus.RUNNING:
+        while not (await run.snapshot()).operations:
             await asyncio.sleep(0.01)
         await run.cancel("changed my mind")
+        await asyncio.wait_for(cancelled.wait(), 2)  # the in-flight call was cancelled
         with pytest.raises(stead.RunCancelled, match="changed my mind"):
             await run.result()
+        await run.cancel()  # again: a no-op
+        events = [e async for e in run.events()]
+        assert events[-1].data == {"status": "cancelled", "reason": "changed my mind"}
     async with await app.open(stead.SqliteStore(db)) as runtime:
         assert await runtime.get_run(run.id).status() is stead.RunStatus.CANCELLED
+        with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
+            await runtime.get_run(run.id).retry()
+
+
+async def test_retry_conflicts_once_the_session_has_moved_on(db: str) -> None:
+    def answer(request: stead.ModelRequest) -> str:
+        if request.messages[-1].content == "first":  # type: ignore[union-attr]
+            raise stead.ModelError("bad request", retryable=False)
+        return "ok"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        first = await runtime.submit("agent", session_id="s", request_id="1", prompt="first")
+        with pytest.raises(stead.RunFailed):
+            await first.result()
+        second = await runtime.submit("agent", session_id="s", request_id="2", prompt="second")
+        await second.result()
+        with pytest.raises(stead.ConflictError, match="has moved on"):
+            await first.retry()
 
 
 async def test_bad_input_gets_a_clear_error_and_writes_nothing(db: str) -> None:
