@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,15 @@ from ..store.sqlite import open_reader
 from .runs import events_table, operations_table, run_summary
 
 console = Console(highlight=False)
+
+
+def _command() -> str:
+    """How the user can run ``stead`` again: plain ``stead`` if that is on PATH."""
+    invoked = Path(sys.argv[0])
+    found = shutil.which("stead")
+    if invoked.name == "stead" and (found is None or Path(found).resolve() != invoked.resolve()):
+        return os.path.relpath(invoked) if not invoked.is_absolute() else str(invoked)
+    return "stead"
 
 
 def _child(db: Path, ledger: Path) -> subprocess.Popen[str]:
@@ -145,11 +155,12 @@ def demo(db: str, kill_at: str | None) -> None:
             border_style="green" if len(refunds) == 1 else "red",
         )
     )
+    command = _command()
     console.print(
         "Look further:\n"
-        f"  stead runs list --db {path}\n"
-        f"  stead runs show {run.id} --db {path}\n"
-        f"  stead runs events {run.id} --db {path}"
+        f"  {command} runs list --db {path}\n"
+        f"  {command} runs show {run.id} --db {path}\n"
+        f"  {command} runs events {run.id} --db {path}"
     )
     if len(refunds) != 1:
         raise SystemExit(1)
