@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from ..errors import SteadError
 from ..store.records import Event, Operation, Run
@@ -63,7 +63,8 @@ def list_runs(db: str, session: str | None, status: str | None, limit: int) -> N
             before_number=None,
             limit=limit,
         )
-    table = Table("run", "agent", "session", "request", "status", "created")
+    table = Table("agent", "session", "request", "status", "created")
+    table.columns.insert(0, Column("run", no_wrap=True))
     for run in found:
         table.add_row(
             run.id,
