@@ -118,7 +118,6 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
             prepare=prepare,
             on_result=functools.partial(_model_writes, journal, bodies),
-            commit_intent=agent.model_retry is not None and agent.model_retry.max_attempts > 1,
         )
         if fresh:
             assistant = fresh[-1]

@@ -105,9 +105,12 @@ class RunJournal:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def write(self, fn: Callable[[SqliteTx], Any], *, barrier: bool = False) -> asyncio.Future[Any]:
-        """Queue a write. Safe writes need not be awaited: order is kept by the writer."""
-        future = self.store.submit(fn, barrier=barrier, checked=False)
+    def write(
+        self, fn: Callable[[SqliteTx], Any], *, barrier: bool = False, lazy: bool = True
+    ) -> asyncio.Future[Any]:
+        """Queue a write. Writes nobody waits for are ``lazy``: they share the next commit, and
+        the writer keeps their order."""
+        future = self.store.submit(fn, barrier=barrier, checked=False, lazy=lazy)
         future.add_done_callback(_consume)
         self._last_write = future
         return future
@@ -177,7 +180,6 @@ class RunJournal:
         prepare: Callable[[SqliteTx], None] | None = None,
         on_result: Callable[[JSON], Callable[[SqliteTx], None]] | None = None,
         describe: str = "",
-        commit_intent: bool = False,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -185,8 +187,7 @@ class RunJournal:
         ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the
         result is new, returns extra writes for the result's transaction (such as the run's
         usage); ``prepare`` adds writes before the intent (such as the messages the input
-        refers to). ``commit_intent`` waits for a restarted safe operation's new attempt to commit
-        before the work starts (so a crash loop uses up attempts).
+        refers to).
         """
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
@@ -198,6 +199,8 @@ class RunJournal:
             )
         self._keys.add(key)
         op = self.operations.get(key)
+        recovery = op.recovery if op is not None else recovery  # the saved policy wins
+        wait_for_intent = recovery != "safe" or kind == "model"
         if op is not None:
             # A fork's copied results stand even if today's code builds a different input:
             # continuing on today's code is what a fork is for.
@@ -228,7 +231,7 @@ class RunJournal:
                 tx.restart_operation(run_id, key, attempt)
                 tx.append_event(run_id, f"{kind}_started", restart_data)
 
-            intent = self.write(restart, barrier=recovery != "safe")
+            intent = self.write(restart, barrier=recovery != "safe", lazy=not wait_for_intent)
         else:
             attempt = 1
             if self.max_operations is not None and self.created >= self.max_operations:
@@ -257,14 +260,14 @@ class RunJournal:
                 )
                 tx.append_event(run_id, f"{kind}_started", start_data)
 
-            intent = self.write(start, barrier=recovery != "safe")
+            intent = self.write(start, barrier=recovery != "safe", lazy=not wait_for_intent)
             self.created += 1
-        if recovery != "safe":
-            await intent  # the effect must not start before its intent is on disk
-        elif commit_intent and op is not None:
-            # A restart (after a crash or a failed attempt) is counted before the work starts,
-            # so a call that keeps killing the process runs out of attempts. A first attempt's
-            # intent is pipelined: it commits within microseconds, long before a response.
+        # Intent before: work that may have an effect starts only once its attempt is committed
+        # (for manual and idempotent operations, on disk), so every such attempt — a billed
+        # model request too — is in the journal. A safe tool's intent is pipelined instead: if
+        # the process dies before it commits, the tool simply runs again, which is what safe
+        # means, and a run of safe steps shares commits.
+        if wait_for_intent:
             await intent
         if boundaries.hook is not None:
             await intent
@@ -287,7 +290,11 @@ class RunJournal:
                 extra(tx)
             tx.append_event(run_id, f"{kind}_completed", done_data)
 
-        written = self.write(finish, barrier=recovery != "safe")
+        written = self.write(finish, barrier=recovery != "safe", lazy=recovery == "safe")
+        if recovery != "safe":
+            # Result after: the run builds on a side effect's result only once it is on disk,
+            # so a crash can never leave an effect the run already acted on uncertain.
+            await written
         if boundaries.hook is not None:
             await written
             boundaries.hook("result_committed", key)

@@ -184,7 +184,7 @@ class Runtime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.to_thread(self.store.release)
+        await self.store.aclose()
         for waiters in self._waiters.values():
             for waiter in waiters:
                 if not waiter.done():
@@ -253,16 +253,9 @@ class Runtime:
         new_run_id = run_id or new_id("run")
 
         def job(tx: SqliteTx) -> tuple[str, bool]:
-            found = tx.find_request(session_id, request_id)
-            if found is not None:
-                existing, existing_digest = found
-                if existing_digest == submission:
-                    return existing.id, False
-                raise ConflictError(
-                    f"request {request_id!r} of session {session_id!r} already belongs to run "
-                    f"{existing.id} with a different submission; use a new request_id for new "
-                    "work"
-                )
+            existing = _existing_submission(tx, session_id, request_id, submission)
+            if existing is not None:
+                return existing, False
             taken = tx.get_run(new_run_id)
             if taken is not None:
                 raise ConflictError(
@@ -308,11 +301,7 @@ class Runtime:
             return new_run_id, status == RunStatus.PENDING
 
         result_id, ready = await self.store.submit(job, barrier=True)
-        if ready and self._resumed and len(self._active) < self.max_concurrent_runs:
-            self._start(result_id)  # at its session's head: no need to ask the scheduler
-        else:
-            self._wake.set()
-        return RunHandle(self, result_id)
+        return self._accepted(result_id, ready)
 
     async def fork(
         self,
@@ -346,15 +335,9 @@ class Runtime:
             source = tx.get_run(run_id)
             if source is None:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            found = tx.find_request(fork_session, fork_request)
-            if found is not None:
-                existing, existing_digest = found
-                if existing_digest == submission:
-                    return existing.id, False
-                raise ConflictError(
-                    f"request {fork_request!r} of session {fork_session!r} already belongs to "
-                    f"run {existing.id}; pass another request_id"
-                )
+            existing = _existing_submission(tx, fork_session, fork_request, submission)
+            if existing is not None:
+                return existing, False
             op = tx.get_operation(run_id, before)
             if op is None:
                 keys = ", ".join(o.key for o in tx.operations(run_id)) or "none"
@@ -402,11 +385,15 @@ class Runtime:
             return new_run_id, True
 
         result_id, ready = await self.store.submit(job, barrier=True)
+        return self._accepted(result_id, ready)
+
+    def _accepted(self, run_id: str, ready: bool) -> RunHandle:
+        """A new run at its session's head starts at once, without asking the scheduler."""
         if ready and self._resumed and len(self._active) < self.max_concurrent_runs:
-            self._start(result_id)
+            self._start(run_id)
         else:
             self._wake.set()
-        return RunHandle(self, result_id)
+        return RunHandle(self, run_id)
 
     def get_run(self, run_id: str) -> RunHandle:
         """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""
@@ -1068,6 +1055,22 @@ def _record_wait(tx: SqliteTx, run_id: str, reason: str) -> None:
     else:
         tx.update_run(run_id, status=RunStatus.PENDING)
         tx.append_event(run_id, "status", {"status": "pending"})
+
+
+def _existing_submission(
+    tx: SqliteTx, session_id: str, request_id: str, submission: str
+) -> str | None:
+    """The run an identical earlier submission created; a different one is a conflict."""
+    found = tx.find_request(session_id, request_id)
+    if found is None:
+        return None
+    existing, existing_digest = found
+    if existing_digest != submission:
+        raise ConflictError(
+            f"request {request_id!r} of session {session_id!r} already belongs to run "
+            f"{existing.id} with a different submission; use a new request_id for new work"
+        )
+    return existing.id
 
 
 def _schedulable(

@@ -1,13 +1,16 @@
-"""The single writer: one thread that group-commits queued transaction jobs in order.
+"""The single writer: group commit on the event loop, fsync on a thread.
 
-Why a thread: SQLite allows one writer at a time, and an fsync takes milliseconds. The event loop
-queues jobs and keeps running; the writer takes everything queued so far, runs it in one
-``BEGIN IMMEDIATE`` transaction and commits once — so concurrent runs share one commit and one
-fsync (group commit), and the order in which jobs were queued is the order they commit in.
+Why this shape: SQLite allows one writer at a time, and a commit without an fsync
+(``synchronous=NORMAL`` in WAL mode) costs tens of microseconds — less than handing work to
+another thread. So every job queued during one turn of the event loop runs in one
+``BEGIN IMMEDIATE`` transaction at the end of that turn, on the loop itself: concurrent runs share
+one commit (group commit), and the order jobs were queued in is the order they commit in.
 
-A batch is flushed to disk (``synchronous=FULL``) when any job in it is a *barrier* or the store
-was opened with ``fsync="always"``; other commits reach the database without waiting for the disk,
-which a process crash never loses.
+What costs milliseconds is the fsync. A batch that holds a *barrier* (or any batch, with
+``fsync="always"``) is made durable by an fsync of the write-ahead log on a separate thread, which
+flushes that commit and every one before it; batches that arrive meanwhile share the next fsync.
+Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
+is acknowledged before it is durable, and the loop never blocks on the disk.
 
 Any failure that is not a deliberate :class:`SteadError` from a job poisons the writer: the batch
 is rolled back, every job in it and every later job fails with the same :class:`StorageError`.
@@ -16,11 +19,11 @@ is rolled back, every job in it and every later job fails with the same :class:`
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
-import queue
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import SteadError, StorageError
@@ -33,14 +36,13 @@ Tx = TypeVar("Tx")
 class Batcher(Protocol[Tx]):
     """What a backend provides to the writer: transactions over its one connection."""
 
-    def begin(self, *, durable: bool) -> Tx: ...
+    def begin(self) -> Tx: ...
     def savepoint(self, tx: Tx) -> None: ...
     def rollback_savepoint(self, tx: Tx) -> None: ...
     def release_savepoint(self, tx: Tx) -> None: ...
-    def commit(self, tx: Tx) -> list[Event]: ...
+    def commit(self, tx: Tx) -> tuple[list[Event], bool]: ...
     def rollback(self, tx: Tx) -> None: ...
     def read(self) -> Tx: ...
-    def end_read(self, tx: Tx) -> None: ...
 
 
 @dataclass(slots=True)
@@ -55,14 +57,21 @@ class Job(Generic[T]):
 
 
 @dataclass(slots=True)
-class _Stop:
-    done: threading.Event = field(default_factory=threading.Event)
+class _Committed:
+    """A committed batch waiting to be delivered: once commit number ``needs`` is on disk."""
+
+    jobs: list[Job[Any]]
+    events: list[Event]
+    needs: int
 
 
 class Writer:
-    """Runs queued jobs on a dedicated thread; see the module docstring."""
+    """Group-commits queued jobs at the end of each loop turn; see the module docstring."""
 
-    max_batch = 512
+    #: Seconds a lazy write may wait for company before it commits on its own.
+    lazy_delay = 0.002
+    #: Lazy writes queued before they commit anyway.
+    max_lazy = 256
 
     def __init__(
         self,
@@ -71,16 +80,28 @@ class Writer:
         on_commit: Callable[[list[Event]], None],
         on_fatal: Callable[[StorageError], None],
         *,
+        sync: Callable[[], None] | None,
+        always: bool,
         name: str,
     ) -> None:
         self._backend = backend
         self._loop = loop
         self._on_commit = on_commit
         self._on_fatal = on_fatal
-        self._queue: queue.SimpleQueue[Job[Any] | _Stop] = queue.SimpleQueue()
+        self._sync = sync
+        self._always = always
+        self._pending: list[Job[Any]] = []
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._commits = 0  # commits made
+        self._synced = 0  # commits known to be on disk
+        self._wanted = 0  # the highest commit a job waits to see on disk
+        self._syncing = False
+        self._deliveries: collections.deque[_Committed] = collections.deque()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.poisoned: StorageError | None = None
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
 
     def submit(
         self,
@@ -89,99 +110,106 @@ class Writer:
         barrier: bool = False,
         read_only: bool = False,
         checked: bool = True,
+        lazy: bool = False,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)``; the future resolves after its batch commits (and, for a barrier, is
         on disk). A ``checked`` job may raise a :class:`SteadError` as its answer, which undoes
-        its writes alone (a savepoint); an unchecked job's failure poisons the store."""
+        its writes alone (a savepoint); an unchecked job's failure poisons the store.
+
+        A ``lazy`` job is one nobody waits for: it rides along with the next commit someone
+        does wait for, or commits after :attr:`lazy_delay` seconds, so a sequence of pipelined
+        writes shares one commit."""
         future: asyncio.Future[T] = self._loop.create_future()
         if self.poisoned is not None:
             future.set_exception(self.poisoned)
             return future
-        self._queue.put(Job(fn, future, barrier, read_only, checked))
+        self._pending.append(Job(fn, future, barrier, read_only, checked))
+        self._idle.clear()
+        if self._scheduled:
+            return future
+        if not lazy or barrier or len(self._pending) >= self.max_lazy:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+        elif self._timer is None:
+            self._timer = self._loop.call_later(self.lazy_delay, self._flush)
         return future
 
-    def stop(self) -> None:
-        """Finish every queued job, then end the thread (blocking)."""
-        stop = _Stop()
-        self._queue.put(stop)
-        stop.done.wait()
-        self._thread.join()
+    async def aclose(self) -> None:
+        """Commit what is queued, wait for every flush and delivery, stop the sync thread."""
+        if self._pending:
+            self._flush()
+        await self._idle.wait()
+        self._executor.shutdown(wait=True)
 
-    # -- the writer thread -------------------------------------------------------------------
+    # -- committing --------------------------------------------------------------------------
 
-    def _main(self) -> None:
-        while True:
-            first = self._queue.get()
-            batch: list[Job[Any]] = []
-            stop: _Stop | None = None
-            item: Job[Any] | _Stop = first
-            while True:
-                if isinstance(item, _Stop):
-                    stop = item
-                    break
-                batch.append(item)
-                if len(batch) >= self.max_batch:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                self._run(batch)
-            if stop is not None:
-                stop.done.set()
-                return
-
-    def _run(self, batch: list[Job[Any]]) -> None:
+    def _flush(self) -> None:
+        self._scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
         if self.poisoned is not None:
             for job in batch:
                 job.error = self.poisoned
-            self._deliver(batch, [])
+            self._settle(batch, [])
             return
-        events: list[Event] = []
         try:
             if all(job.read_only for job in batch):
                 tx = self._backend.read()
-                try:
-                    for job in batch:
-                        self._call(tx, job)
-                finally:
-                    self._backend.end_read(tx)
+                for job in batch:
+                    self._call(tx, job)
+                events: list[Event] = []
+                durable = False
             else:
-                durable = any(job.barrier for job in batch)
-                tx = self._backend.begin(durable=durable)
-                try:
-                    for job in batch:
-                        if job.read_only or not job.checked:
-                            if not self._call(tx, job) and not job.read_only:
-                                raise StorageError(f"an internal write failed: {job.error}")
-                            continue
-                        self._backend.savepoint(tx)
-                        if self._call(tx, job):
-                            self._backend.release_savepoint(tx)
-                        else:
-                            self._backend.rollback_savepoint(tx)
-                            self._backend.release_savepoint(tx)
-                    events = self._backend.commit(tx)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        self._backend.rollback(tx)
-                    raise
+                events, durable = self._write(batch)
         except StorageError as exc:
             self._poison(exc, batch)
             return
         except Exception as exc:
-            self._poison(
-                StorageError(
-                    f"storage failed ({type(exc).__name__}: {exc}); nothing from the "
-                    "failed transaction was kept. Close and reopen the runtime: it "
-                    "resumes from the committed journal."
-                ),
-                batch,
-                cause=exc,
+            error = StorageError(
+                f"storage failed ({type(exc).__name__}: {exc}); nothing from the failed "
+                "transaction was kept. Close and reopen the runtime: it resumes from the "
+                "committed journal."
             )
+            error.__cause__ = exc
+            self._poison(error, batch)
             return
-        self._deliver(batch, events)
+        needs = 0
+        if events or not all(job.read_only for job in batch):
+            self._commits += 1
+            if self._sync is not None and (
+                durable or self._always or any(job.barrier for job in batch)
+            ):
+                needs = self._commits
+                self._wanted = max(self._wanted, needs)
+        if needs == 0 and self._deliveries:
+            needs = self._deliveries[-1].needs  # keep delivery in commit order
+        self._deliveries.append(_Committed(batch, events, needs))
+        self._deliver()
+        self._start_sync()
+
+    def _write(self, batch: list[Job[Any]]) -> tuple[list[Event], bool]:
+        tx = self._backend.begin()
+        try:
+            for job in batch:
+                if job.read_only or not job.checked:
+                    if not self._call(tx, job) and not job.read_only:
+                        raise StorageError(f"an internal write failed: {job.error}")
+                    continue
+                self._backend.savepoint(tx)
+                if self._call(tx, job):
+                    self._backend.release_savepoint(tx)
+                else:
+                    self._backend.rollback_savepoint(tx)
+                    self._backend.release_savepoint(tx)
+            return self._backend.commit(tx)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the original error is what we report
+                self._backend.rollback(tx)
+            raise
 
     def _call(self, tx: Any, job: Job[Any]) -> bool:
         """Run one job; a SteadError it raises is its answer (its writes are rolled back)."""
@@ -194,21 +222,46 @@ class Writer:
             job.error = exc
             return False
 
-    def _poison(
-        self, error: StorageError, batch: list[Job[Any]], cause: BaseException | None = None
-    ) -> None:
-        if cause is not None:
-            error.__cause__ = cause
-        self.poisoned = error
-        for job in batch:
-            job.error = error
-        self._deliver(batch, [])
-        self._loop.call_soon_threadsafe(self._on_fatal, error)
+    # -- flushing and delivering -------------------------------------------------------------
 
-    def _deliver(self, batch: list[Job[Any]], events: list[Event]) -> None:
-        # A closed loop (RuntimeError) means nobody is waiting any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._settle, batch, events)
+    def _start_sync(self) -> None:
+        if self._syncing or self._wanted <= self._synced or self._sync is None:
+            return
+        self._syncing = True
+        self._executor.submit(self._sync_thread, self._sync, self._commits)
+
+    def _sync_thread(self, sync: Callable[[], None], target: int) -> None:
+        """On the flush thread: fsync, then hand the outcome back to the loop."""
+        error: BaseException | None = None
+        try:
+            sync()
+        except BaseException as exc:  # reported on the loop, which poisons the store
+            error = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing any more
+            self._loop.call_soon_threadsafe(self._synced_to, target, error)
+
+    def _synced_to(self, target: int, exc: BaseException | None) -> None:
+        self._syncing = False
+        if exc is not None:
+            error = StorageError(
+                f"flushing the journal to disk failed ({exc}); commits since the last flush may "
+                "not be durable. Close and reopen the runtime."
+            )
+            error.__cause__ = exc
+            pending = [job for delivery in self._deliveries for job in delivery.jobs]
+            self._deliveries.clear()
+            self._poison(error, pending)
+            return
+        self._synced = max(self._synced, target)
+        self._deliver()
+        self._start_sync()
+
+    def _deliver(self) -> None:
+        while self._deliveries and self._deliveries[0].needs <= self._synced:
+            delivery = self._deliveries.popleft()
+            self._settle(delivery.jobs, delivery.events)
+        if not self._deliveries and not self._pending and not self._syncing:
+            self._idle.set()
 
     def _settle(self, batch: list[Job[Any]], events: list[Event]) -> None:
         for job in batch:
@@ -220,3 +273,18 @@ class Writer:
                 job.future.set_result(job.result)
         if events:
             self._on_commit(events)
+
+    def _poison(self, error: StorageError, batch: list[Job[Any]]) -> None:
+        first = self.poisoned is None
+        self.poisoned = self.poisoned or error
+        for job in batch:
+            job.error = self.poisoned
+        pending = [job for delivery in self._deliveries for job in delivery.jobs]
+        self._deliveries.clear()
+        for job in pending:
+            job.error = self.poisoned
+        self._settle(batch + pending, [])
+        if not self._syncing:
+            self._idle.set()
+        if first:
+            self._on_fatal(self.poisoned)

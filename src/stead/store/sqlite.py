@@ -1,9 +1,9 @@
 """SQLite store: one file, zero servers, one live owner.
 
 WAL journal, ``BEGIN IMMEDIATE`` transactions, a busy timeout and foreign keys. All writes go
-through one writer thread that group-commits (see ``_writer``). Commits use
-``synchronous=NORMAL`` — durable against a process crash — and a batch holding a barrier is
-committed with ``synchronous=FULL``, which flushes the WAL and so every commit before it
+through one writer that group-commits (see ``_writer``). Commits use ``synchronous=NORMAL`` —
+durable against a process crash — and a batch holding a barrier is made durable by an fsync of
+the WAL on the writer's flush thread, which flushes every commit before it too
 (``fsync="always"`` makes every commit a barrier). WAL checkpoints run on their own thread and
 connection, off the commit path.
 """
@@ -134,7 +134,7 @@ class SqliteStore:
         self._writer: Writer | None = None
         self._token: str | None = None
         self._checkpointer: _Checkpointer | None = None
-        self._sync_full: bool | None = None
+        self._wal_fd: int | None = None
         self._next_sequence = 1
         self._reserved_through = 0
         self.open_info: OpenInfo | None = None
@@ -193,10 +193,24 @@ class SqliteStore:
         except BaseException:
             conn.close()
             raise
-        conn.execute("PRAGMA wal_autocheckpoint = 0" if not self.memory else "SELECT 1")
+        sync: Callable[[], None] | None = None
+        if not self.memory:
+            # Commits reach the WAL without an fsync (a process crash never loses them); the
+            # writer makes them durable by an fsync of the WAL on its own thread.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+            sync = self._sync_wal
         self._conn = conn
-        self._set_sync(self.fsync == "always")
-        self._writer = Writer(self, loop, on_commit, on_fatal, name=f"stead-writer:{self.path}")
+        self._writer = Writer(
+            self,
+            loop,
+            on_commit,
+            on_fatal,
+            sync=sync,
+            always=self.fsync == "always",
+            name=f"stead-fsync:{self.path}",
+        )
         if not self.memory:
             self._checkpointer = _Checkpointer(self.path, self.busy_timeout)
         self.open_info = info
@@ -309,19 +323,37 @@ class SqliteStore:
         barrier: bool = False,
         read_only: bool = False,
         checked: bool = True,
+        lazy: bool = False,
     ) -> asyncio.Future[T]:
         """Queue a transaction job on the writer (see ``_writer.Writer.submit``)."""
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
-        return self._writer.submit(fn, barrier=barrier, read_only=read_only, checked=checked)
+        return self._writer.submit(
+            fn, barrier=barrier, read_only=read_only, checked=checked, lazy=lazy
+        )
+
+    def _sync_wal(self) -> None:
+        """Flush the WAL to disk: every commit so far becomes durable (runs on a thread)."""
+        if self._wal_fd is not None:
+            os.fdatasync(self._wal_fd)
+
+    async def aclose(self) -> None:
+        """Commit and flush what is queued, give up ownership and close."""
+        writer = self._writer
+        if writer is None:
+            return
+        await writer.aclose()
+        await asyncio.to_thread(self.release)
 
     def release(self) -> None:
-        """Finish queued writes, flush, give up ownership and close (blocking)."""
+        """Give up ownership and close (blocking); the writer must be closed first."""
         writer, conn = self._writer, self._conn
         if writer is None or conn is None:
             return
-        writer.stop()
         self._writer = None
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
         if self._token is not None:
             _LIVE_TOKENS.discard(self._token)
         if self._checkpointer is not None:
@@ -350,21 +382,12 @@ class SqliteStore:
 
     # -- the writer's backend ----------------------------------------------------------------
 
-    def _set_sync(self, full: bool) -> None:
-        assert self._conn is not None
-        if self._sync_full is not full:
-            self._conn.execute(
-                "PRAGMA synchronous = FULL" if full else "PRAGMA synchronous = NORMAL"
-            )
-            self._sync_full = full
-
-    def begin(self, *, durable: bool) -> SqliteTx:
+    def begin(self) -> SqliteTx:
         conn = self._conn
         assert conn is not None
         # Sequences are reserved durably ahead of use; when fewer than half the reservation is
         # left, this commit extends it and so must reach the disk.
         extend = self._next_sequence > self._reserved_through - SEQUENCE_RESERVATION // 2
-        self._set_sync(durable or extend or self.fsync == "always")
         conn.execute("BEGIN IMMEDIATE")
         token = conn.execute("SELECT owner_token FROM stead_meta").fetchone()
         if token is None or token[0] != self._token:
@@ -378,7 +401,7 @@ class SqliteStore:
             conn.execute(
                 "UPDATE stead_meta SET sequence_reserved_through = ?", (self._reserved_through,)
             )
-        return self.tx_class(conn, self.clock, self._next_sequence, durable)
+        return self.tx_class(conn, self.clock, self._next_sequence, extend)
 
     def savepoint(self, tx: SqliteTx) -> None:
         tx.savepoint()
@@ -389,14 +412,15 @@ class SqliteStore:
     def release_savepoint(self, tx: SqliteTx) -> None:
         tx.release_savepoint()
 
-    def commit(self, tx: SqliteTx) -> list[Event]:
+    def commit(self, tx: SqliteTx) -> tuple[list[Event], bool]:
+        """Commit; returns the events written and whether this commit must reach the disk."""
         conn = self._conn
         assert conn is not None
         conn.execute("COMMIT")
         self._next_sequence = tx.next_sequence
         if self._checkpointer is not None:
             self._checkpointer.nudge()
-        return tx.events
+        return tx.events, tx.durable
 
     def rollback(self, tx: SqliteTx) -> None:
         assert self._conn is not None
@@ -406,9 +430,6 @@ class SqliteStore:
     def read(self) -> SqliteTx:
         assert self._conn is not None
         return SqliteTx(self._conn, self.clock, self._next_sequence, False, read_only=True)
-
-    def end_read(self, tx: SqliteTx) -> None:
-        pass
 
 
 def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
