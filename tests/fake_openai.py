@@ -36,8 +36,10 @@ class FakeOpenAI:
     """``answer_delay`` seconds pass before the final answer, as with a real model (so a test
     can kill the process while that call is in flight)."""
 
-    def __init__(self, answer_delay: float = 0.3) -> None:
+    def __init__(self, answer_delay: float = 0.3, rate_limited: int = 0) -> None:
+        """The first ``rate_limited`` requests get a real 429 with ``retry-after: 7``."""
         self.requests: list[dict[str, Any]] = []
+        self.rate_limited = rate_limited
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,6 +53,25 @@ class FakeOpenAI:
                 length = int(self.headers["Content-Length"])
                 body = json.loads(self.rfile.read(length))
                 server.requests.append(body)
+                if server.rate_limited > 0:
+                    server.rate_limited -= 1
+                    error = json.dumps(
+                        {
+                            "error": {
+                                "message": "Rate limit reached for requests",
+                                "type": "requests",
+                                "param": None,
+                                "code": "rate_limit_exceeded",
+                            }
+                        }
+                    ).encode()
+                    self.send_response(429)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("retry-after", "7")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
                 reply = _turn_reply(body)
                 if reply.get("content"):
                     time.sleep(answer_delay)

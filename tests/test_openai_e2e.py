@@ -80,6 +80,34 @@ async def test_streamed_openai_run_folds_to_the_answer(tmp_path: Path) -> None:
     assert any("tool_calls" in e.data for e in deltas)  # streamed tool-call arguments
 
 
+async def test_a_429_waits_for_retry_after_then_succeeds(tmp_path: Path) -> None:
+    import asyncio
+
+    from stead.models.openai import OpenAIModel
+    from stead.testing import FakeClock
+
+    clock = FakeClock()
+    with FakeOpenAI(rate_limited=1).running() as server:
+        model = OpenAIModel("fake-gpt", base_url=server.base_url, api_key="test-key")
+        app = build_app(str(tmp_path / "ledger.jsonl"), model=model)
+        async with await app.open(stead.SqliteStore(tmp_path / "s.db", clock=clock)) as runtime:
+            run = await runtime.submit("support", session_id="s", request_id="r", prompt=PROMPT)
+            for _ in range(500):
+                record = await run.run()
+                if record.status is stead.RunStatus.RETRY_WAIT:
+                    break
+                await asyncio.sleep(0.01)
+            assert record.next_attempt_at is not None
+            assert (record.next_attempt_at - clock.now()).total_seconds() == 7.0
+            assert record.error is not None and "429" in record.error["reason"]
+            clock.advance(7)
+            outcome = await asyncio.wait_for(run.result(), 10)
+            ops = {op.key: op for op in (await run.snapshot()).operations}
+    assert outcome.output == "Your order 17 has been refunded: 49.00."
+    assert ops["model:1"].attempts == 2
+    assert len(server.requests) == 4
+
+
 def test_stead_demo_on_a_local_openai_compatible_server(tmp_path: Path) -> None:
     stead_cli = Path(sys.executable).with_name("stead")
     with FakeOpenAI().running() as server:
