@@ -123,5 +123,6 @@ def test_stead_demo_on_a_local_openai_compatible_server(tmp_path: Path) -> None:
     assert "killed with SIGKILL" in result.stdout
     assert "the refund ran exactly once" in result.stdout
     assert f"openai-compatible:fake-gpt@{server.base_url}" in result.stdout
-    # the killed process had asked turn 3 once; the resumed one asked it again
-    assert len(server.requests) == 4
+    # the attempt the kill interrupted is journaled, whether or not its request had gone out
+    assert "model:3 was attempted 2 times" in " ".join(result.stdout.split())
+    assert len(server.requests) in (3, 4)

@@ -101,7 +101,6 @@ class RunJournal:
         self.max_operations = max_operations
         self.prices: Mapping[str, Price] | None = None
         self._keys: set[str] = set()
-        self._last_write: asyncio.Future[Any] | None = None
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -112,13 +111,7 @@ class RunJournal:
         the writer keeps their order."""
         future = self.store.submit(fn, barrier=barrier, checked=False, lazy=lazy)
         future.add_done_callback(_consume)
-        self._last_write = future
         return future
-
-    async def settle(self) -> None:
-        """Wait until every write queued so far is committed."""
-        if self._last_write is not None:
-            await asyncio.shield(self._last_write)
 
     def request_interaction(
         self,

@@ -203,14 +203,6 @@ class SqliteTx:
         ).fetchone()
         return _run(row) if row else None
 
-    def earlier_unfinished(self, run: Run) -> Run | None:
-        row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
-            f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number LIMIT 1",
-            (run.session_id, run.number),
-        ).fetchone()
-        return _run(row) if row else None
-
     def later_started(self, run: Run) -> Run | None:
         row = self.conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
@@ -601,13 +593,6 @@ class SqliteTx:
                 raise LookupError(f"journal history node {node} does not match its content")
             bodies.append(body)
         return bodies
-
-    # -- meta --------------------------------------------------------------------------------
-
-    def database_bytes(self) -> int:
-        page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
-        pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
-        return int(page_size * pages)
 
 
 def history_node(previous: str | None, message_digest: str) -> str:
