@@ -9,17 +9,14 @@ process continues them.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._clock import iso
 from .._ids import new_id
-from .._json import JSON, NotJSONError, digest, dumps, loads, to_json
+from .._json import NotJSONError, digest, dumps, loads, to_json
 from ..agent.agent import Agent
 from ..agent.interactions import Answer, Approve, Deny, Response
 from ..agent.loop import run_agent_loop
@@ -37,46 +34,19 @@ from ..messages import Usage, message_from_json
 from ..store.records import RUNNABLE_STATUSES, Event, Interaction, Operation, Run, RunStatus
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
+from . import jobs
 from .checkpoint import build_checkpoint
 from .control import Blocked, Failed, RetryLater, Waiting
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal import RunJournal, write_messages
+from .limits import Limits, require_id
 
 if TYPE_CHECKING:
     from ..app import App
 
 __all__ = ["Limits", "Runtime"]
 
-_ID_MAX = 512
-_EVENT_PAGE = 500
 _OUTCOME_CACHE = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds checked inside the writing transaction. ``None`` means unbounded."""
-
-    max_pending_runs: int | None = None
-    max_payload_bytes: int = 4 * 1024 * 1024
-    max_operations_per_run: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("max_pending_runs", "max_payload_bytes", "max_operations_per_run"):
-            value = getattr(self, name)
-            if value is None and name != "max_payload_bytes":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValidationError(f"Limits.{name} must be a positive integer, got {value!r}")
-
-
-def _require_id(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValidationError(f"{name} must be a non-blank string, got {value!r}")
-    if len(value) > _ID_MAX:
-        raise ValidationError(f"{name} is {len(value)} characters long; the limit is {_ID_MAX}")
-    if any(ord(ch) < 32 for ch in value):
-        raise ValidationError(f"{name} {value!r} contains control characters")
-    return value
 
 
 class Runtime:
@@ -233,10 +203,10 @@ class Runtime:
         ``run_id`` chooses the new run's id (default: a generated ``run_...`` id)."""
         self._check()
         if run_id is not None:
-            _require_id("run_id", run_id)
-        _require_id("agent_id", agent_id)
-        _require_id("session_id", session_id)
-        _require_id("request_id", request_id)
+            require_id("run_id", run_id)
+        require_id("agent_id", agent_id)
+        require_id("session_id", session_id)
+        require_id("request_id", request_id)
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValidationError(f"prompt must be a non-blank string, got {prompt!r}")
         agent = self.app.agent(agent_id, version)
@@ -249,58 +219,23 @@ class Runtime:
                 "raise the limit with stead.Limits(max_payload_bytes=...)"
             )
         submission = digest({"kind": "agent", "agent_id": agent_id, "input": payload})
-        max_pending = self.limits.max_pending_runs
         new_run_id = run_id or new_id("run")
 
-        def job(tx: SqliteTx) -> tuple[str, bool]:
-            existing = _existing_submission(tx, session_id, request_id, submission)
-            if existing is not None:
-                return existing, False
-            taken = tx.get_run(new_run_id)
-            if taken is not None:
-                raise ConflictError(
-                    f"run id {new_run_id!r} is taken by session {taken.session_id!r} request "
-                    f"{taken.request_id!r}; choose another run_id"
-                )
-            busy = tx.unfinished_in_session(session_id)
-            if busy is not None and not enqueue:
-                raise ConflictError(
-                    f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "
-                    "wait for it, or pass enqueue=True to queue this run behind it"
-                )
-            if max_pending is not None:
-                pending = tx.count_runs([s.value for s in RunStatus if not s.terminal])
-                if pending >= max_pending:
-                    raise LimitError(
-                        f"max_pending_runs ({max_pending}) reached; request "
-                        f"{request_id!r} was not accepted, try again later"
-                    )
-            status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
-            tx.insert_run(
+        result_id, ready = await self.store.submit(
+            functools.partial(
+                jobs.submit_job,
                 run_id=new_run_id,
                 session_id=session_id,
                 request_id=request_id,
-                kind="agent",
-                target=agent_id,
+                agent_id=agent_id,
                 version=agent.version,
-                status=status,
-                input=payload,
-                submission_digest=submission,
-            )
-            tx.append_event(
-                new_run_id,
-                "submitted",
-                {
-                    "agent_id": agent_id,
-                    "version": agent.version,
-                    "session_id": session_id,
-                    "request_id": request_id,
-                    "status": status.value,
-                },
-            )
-            return new_run_id, status == RunStatus.PENDING
-
-        result_id, ready = await self.store.submit(job, barrier=True)
+                payload=payload,
+                submission=submission,
+                enqueue=enqueue,
+                max_pending=self.limits.max_pending_runs,
+            ),
+            barrier=True,
+        )
         return self._accepted(result_id, ready)
 
     async def fork(
@@ -321,12 +256,12 @@ class Runtime:
         again with the default ids returns the same fork.
         """
         self._check()
-        _require_id("run_id", run_id)
-        _require_id("before", before)
+        require_id("run_id", run_id)
+        require_id("before", before)
         fork_session = session_id or f"fork:{run_id}:{before}"
         fork_request = request_id or f"fork:{run_id}:{before}"
-        _require_id("session_id", fork_session)
-        _require_id("request_id", fork_request)
+        require_id("session_id", fork_session)
+        require_id("request_id", fork_request)
         new_run_id = new_id("run")
         submission = digest({"kind": "fork", "source": run_id, "before": before})
         app = self.app
@@ -335,7 +270,7 @@ class Runtime:
             source = tx.get_run(run_id)
             if source is None:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            existing = _existing_submission(tx, fork_session, fork_request, submission)
+            existing = jobs.existing_submission(tx, fork_session, fork_request, submission)
             if existing is not None:
                 return existing, False
             op = tx.get_operation(run_id, before)
@@ -398,7 +333,7 @@ class Runtime:
     def get_run(self, run_id: str) -> RunHandle:
         """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""
         self._check()
-        return RunHandle(self, _require_id("run_id", run_id))
+        return RunHandle(self, require_id("run_id", run_id))
 
     async def list_runs(
         self,
@@ -447,60 +382,22 @@ class Runtime:
         one raises :class:`ConflictError`. The run continues once all its interactions are
         answered."""
         self._check()
-        _require_id("interaction_id", interaction_id)
+        require_id("interaction_id", interaction_id)
         if not isinstance(response, Approve | Deny | Answer):
             raise ValidationError(
                 f"respond() takes stead.Approve, stead.Deny or stead.Answer, got {response!r}"
             )
         answer = response.to_json()
 
-        def job(tx: SqliteTx) -> None:
-            interaction = tx.get_interaction(interaction_id)
-            if interaction is None:
-                raise NotFoundError(
-                    f"no interaction {interaction_id!r}; runtime.list_interactions() lists the "
-                    "pending ones"
-                )
-            if (answer["kind"] == "answer") != (interaction.kind == "question"):
-                expected = (
-                    "stead.Answer"
-                    if interaction.kind == "question"
-                    else "stead.Approve or stead.Deny"
-                )
-                raise ValidationError(
-                    f"interaction {interaction_id} is a {interaction.kind}; answer it with "
-                    f"{expected}, not {type(response).__name__}"
-                )
-            if interaction.status == "resolved":
-                if interaction.response == answer:
-                    return  # the same response again
-                raise ConflictError(
-                    f"interaction {interaction_id} ({interaction.key} of run "
-                    f"{interaction.run_id}) was already answered differently; a decision is "
-                    "recorded once"
-                )
-            if interaction.status == "cancelled":
-                raise ConflictError(
-                    f"interaction {interaction_id} was cancelled with run {interaction.run_id}"
-                )
-            run = tx.get_run(interaction.run_id)
-            assert run is not None
-            if run.status not in (RunStatus.WAITING, RunStatus.RUNNING):
-                raise ConflictError(
-                    f"run {run.id} is {run.status.value}, not waiting for interaction "
-                    f"{interaction_id}"
-                )
-            tx.resolve_interaction(interaction_id, answer)
-            tx.append_event(
-                run.id,
-                "interaction_resolved",
-                {"interaction_id": interaction_id, "key": interaction.key, "response": answer},
-            )
-            if run.status == RunStatus.WAITING and not tx.pending_interactions(run.id):
-                tx.update_run(run.id, status=RunStatus.PENDING, error=None, error_kind=None)
-                tx.append_event(run.id, "status", {"status": "pending"})
-
-        await self.store.submit(job, barrier=True)
+        await self.store.submit(
+            functools.partial(
+                jobs.respond_job,
+                interaction_id=interaction_id,
+                answer=answer,
+                response_type=type(response).__name__,
+            ),
+            barrier=True,
+        )
         self._wake.set()
 
     async def list_interactions(
@@ -550,7 +447,7 @@ class Runtime:
             active = set(self._active)
             try:
                 runs, wakeup = await self.store.submit(
-                    functools.partial(_schedulable, limit=free, exclude=active), read_only=True
+                    functools.partial(jobs.schedulable, limit=free, exclude=active), read_only=True
                 )
             except StorageError:
                 return
@@ -607,7 +504,7 @@ class Runtime:
                     f"agent {current.agent_id!r} version {current.version!r} is not registered "
                     "in this runtime; register that version (App.register) and retry() the run"
                 )
-                _record_stop(tx, run_id, RunStatus.NEEDS_ATTENTION, reason, None)
+                jobs.record_stop(tx, run_id, RunStatus.NEEDS_ATTENTION, reason, None)
                 return None
             fields: dict[str, Any] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
             head, length = current.history_head, current.history_length
@@ -629,7 +526,7 @@ class Runtime:
             )
             refreshed = tx.get_run(run_id)
             assert refreshed is not None
-            operations = [_attach_message(tx, op) for op in tx.operations(run_id)]
+            operations = [jobs.attach_message(tx, op) for op in tx.operations(run_id)]
             interactions = tx.run_interactions(run_id)
             return agent, refreshed, operations, interactions, tx.history(head, length or 0)
 
@@ -661,7 +558,7 @@ class Runtime:
             return
         except Waiting as stop:
             await self.store.submit(
-                functools.partial(_record_wait, run_id=run_id, reason=stop.reason), barrier=True
+                functools.partial(jobs.record_wait, run_id=run_id, reason=stop.reason), barrier=True
             )
             self._wake.set()
             return
@@ -724,7 +621,7 @@ class Runtime:
     ) -> None:
         await self.store.submit(
             functools.partial(
-                _record_stop,
+                jobs.record_stop,
                 run_id=run_id,
                 status=status,
                 reason=reason,
@@ -784,7 +681,7 @@ class Runtime:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(run_id, []).append(waiter)
             found = await self.store.submit(
-                functools.partial(_read_outcome, run_id=run_id), read_only=True
+                functools.partial(jobs.read_outcome, run_id=run_id), read_only=True
             )
             if found is None:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
@@ -825,14 +722,14 @@ class Runtime:
             cursor = after
             while True:
                 page = await self.store.submit(
-                    functools.partial(_events_page, run_id=run_id, after=cursor), read_only=True
+                    functools.partial(jobs.events_page, run_id=run_id, after=cursor), read_only=True
                 )
                 for event in page:
                     cursor = event.sequence
                     yield event
                     if _is_terminal(event):
                         return
-                if len(page) < _EVENT_PAGE:
+                if len(page) < jobs.EVENT_PAGE:
                     break
             run = await self._read_run(run_id)
             if run.status.terminal:
@@ -878,7 +775,7 @@ class Runtime:
 
     async def _resolve(self, run_id: str, key: str, output: Any) -> None:
         self._check()
-        _require_id("operation_key", key)
+        require_id("operation_key", key)
         try:
             value = to_json(output)
         except NotJSONError as exc:
@@ -893,91 +790,20 @@ class Runtime:
                 f"max_payload_bytes ({self.limits.max_payload_bytes})"
             )
 
-        def job(tx: SqliteTx) -> None:
-            run = tx.get_run(run_id)
-            if run is None:
-                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            op = tx.get_operation(run_id, key)
-            if op is None:
-                raise NotFoundError(
-                    f"run {run_id} has no operation {key!r}; snapshot() lists its operations"
-                )
-            if op.status == "completed":
-                if op.result == result:
-                    return  # the same resolution again
-                raise ConflictError(
-                    f"operation {key!r} of run {run_id} already has a result; "
-                    "a committed result is never replaced"
-                )
-            if run.status != RunStatus.NEEDS_ATTENTION or run.blocked_operation != key:
-                raise ConflictError(
-                    f"run {run_id} is {run.status.value}, not blocked on {key!r}"
-                    + (
-                        f" (it is blocked on {run.blocked_operation!r})"
-                        if run.blocked_operation
-                        else ""
-                    )
-                    + "; only the operation a needs_attention run names can be resolved"
-                )
-            tx.complete_operation(run_id, key, result)
-            tx.append_event(
-                run_id,
-                f"{op.kind}_completed",
-                {
-                    "key": key,
-                    "tool": op.input.get("tool") if isinstance(op.input, dict) else None,
-                    "call_id": op.input.get("call_id") if isinstance(op.input, dict) else None,
-                    "failed": False,
-                    "output": value,
-                    "resolved": True,
-                },
-            )
-            tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None)
-            tx.append_event(run_id, "status", {"status": "pending", "resolved": key})
-
-        await self.store.submit(job, barrier=True)
+        await self.store.submit(
+            functools.partial(
+                jobs.resolve_job, run_id=run_id, key=key, result=result, where=repr(self.store)
+            ),
+            barrier=True,
+        )
         self._wake.set()
 
     async def _retry(self, run_id: str) -> None:
         self._check()
 
-        def job(tx: SqliteTx) -> None:
-            run = tx.get_run(run_id)
-            if run is None:
-                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
-                raise ConflictError(
-                    f"run {run_id} is {run.status.value}; only failed and "
-                    "needs_attention runs can be retried"
-                )
-            later = tx.later_started(run)
-            if later is not None:
-                raise ConflictError(
-                    f"session {run.session_id!r} has moved on: run {later.id} "
-                    f"started after {run_id}; submit a new request instead"
-                )
-            if run.status == RunStatus.FAILED:
-                busy = tx.unfinished_in_session(run.session_id)
-                if busy is not None and busy.id != run_id:
-                    raise ConflictError(
-                        f"session {run.session_id!r} has unfinished run "
-                        f"{busy.id}; retry {run_id} after it ends"
-                    )
-            if run.blocked_operation is not None:
-                tx.order_rerun(run_id, run.blocked_operation)
-            tx.reset_attempts(run_id, "model")  # a fresh back-off budget
-            tx.update_run(
-                run_id,
-                status=RunStatus.PENDING,
-                error=None,
-                error_kind=None,
-                blocked_operation=None,
-                finished_at=None,
-                next_attempt_at=None,
-            )
-            tx.append_event(run_id, "status", {"status": "pending", "retried": True})
-
-        await self.store.submit(job, barrier=True)
+        await self.store.submit(
+            functools.partial(jobs.retry_job, run_id=run_id, where=repr(self.store)), barrier=True
+        )
         self._wake.set()
 
     async def _cancel(self, run_id: str, reason: str | None) -> None:
@@ -985,125 +811,16 @@ class Runtime:
         if reason is not None and not isinstance(reason, str):
             raise ValidationError(f"reason must be a string, got {reason!r}")
 
-        def job(tx: SqliteTx) -> bool:
-            run = tx.get_run(run_id)
-            if run is None:
-                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            if run.status == RunStatus.CANCELLED:
-                return False
-            if run.status.terminal:
-                raise ConflictError(
-                    f"run {run_id} already ended {run.status.value}; it cannot be cancelled"
-                )
-            tx.update_run(
-                run_id,
-                status=RunStatus.CANCELLED,
-                error={"reason": reason or "cancelled", "operation": None, "kind": "cancelled"},
-                error_kind="cancelled",
-                finished_at=tx.now(),
-                next_attempt_at=None,
-            )
-            tx.cancel_interactions(run_id)
-            tx.append_event(run_id, "status", {"status": "cancelled", "reason": reason})
-            return True
-
-        if await self.store.submit(job, barrier=True):
+        if await self.store.submit(
+            functools.partial(
+                jobs.cancel_job, run_id=run_id, reason=reason, where=repr(self.store)
+            ),
+            barrier=True,
+        ):
             task = self._active.get(run_id)
             if task is not None:
                 task.cancel()
             self._wake.set()
-
-
-def _record_stop(
-    tx: SqliteTx,
-    run_id: str,
-    status: RunStatus,
-    reason: str,
-    operation: str | None,
-    kind: str = "error",
-    next_attempt_at: datetime | None = None,
-) -> None:
-    """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
-    current = tx.get_run(run_id)
-    if current is None or current.status.terminal:
-        return
-    tx.update_run(
-        run_id,
-        status=status,
-        error={"reason": reason, "operation": operation, "kind": kind},
-        error_kind=kind,
-        blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
-        finished_at=tx.now() if status.terminal else None,
-        next_attempt_at=next_attempt_at,
-    )
-    data: dict[str, JSON] = {"status": status.value, "reason": reason, "kind": kind}
-    if operation is not None:
-        data["operation"] = operation
-    if next_attempt_at is not None:
-        data["next_attempt_at"] = iso(next_attempt_at)
-    tx.append_event(run_id, "status", data)
-
-
-def _record_wait(tx: SqliteTx, run_id: str, reason: str) -> None:
-    """The run waits for people; if every interaction was answered meanwhile, it goes on."""
-    current = tx.get_run(run_id)
-    if current is None or current.status != RunStatus.RUNNING:
-        return
-    if tx.pending_interactions(run_id):
-        tx.update_run(run_id, status=RunStatus.WAITING, error=None, error_kind=None)
-        tx.append_event(run_id, "status", {"status": "waiting", "reason": reason})
-    else:
-        tx.update_run(run_id, status=RunStatus.PENDING)
-        tx.append_event(run_id, "status", {"status": "pending"})
-
-
-def _existing_submission(
-    tx: SqliteTx, session_id: str, request_id: str, submission: str
-) -> str | None:
-    """The run an identical earlier submission created; a different one is a conflict."""
-    found = tx.find_request(session_id, request_id)
-    if found is None:
-        return None
-    existing, existing_digest = found
-    if existing_digest != submission:
-        raise ConflictError(
-            f"request {request_id!r} of session {session_id!r} already belongs to run "
-            f"{existing.id} with a different submission; use a new request_id for new work"
-        )
-    return existing.id
-
-
-def _schedulable(
-    tx: SqliteTx, *, limit: int, exclude: set[str]
-) -> tuple[list[Run], datetime | None]:
-    return tx.runnable(limit, exclude), tx.next_wakeup()
-
-
-def _read_outcome(tx: SqliteTx, *, run_id: str) -> tuple[Run, list[str]] | None:
-    run = tx.get_run(run_id)
-    if run is None:
-        return None
-    if run.status != RunStatus.COMPLETED or run.outcome is None:
-        return run, []
-    reference = run.outcome["messages"]
-    return run, tx.history(reference["head"], reference["length"])
-
-
-def _events_page(tx: SqliteTx, *, run_id: str, after: int) -> list[Event]:
-    return tx.events_after(run_id, after, _EVENT_PAGE)
-
-
-def _attach_message(tx: SqliteTx, op: Operation) -> Operation:
-    """A completed model operation stores its message as a blob; attach it for replay."""
-    if (
-        op.kind != "model"
-        or op.status != "completed"
-        or not isinstance(op.result, dict)
-        or "message" not in op.result
-    ):
-        return op
-    body = tx.get_blob(op.result["message"])
-    return dataclasses.replace(op, result={**op.result, "stored_body": body})
 
 
 class _Closed:
