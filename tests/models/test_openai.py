@@ -23,7 +23,6 @@ from stead.messages import (
     ToolCall,
     ToolCallDelta,
     ToolResultMessage,
-    ToolSpec,
     Usage,
     UserMessage,
 )
@@ -39,20 +38,7 @@ except ImportError:  # pragma: no cover
 
 from stead.models.openai import DEFAULT_TIMEOUT, OpenAIModel  # noqa: E402
 
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Current weather in a city.",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-)
-TIME = ToolSpec(
-    name="get_time",
-    description="Local time in a timezone.",
-    parameters={"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
-)
+from ._specs import TIME, WEATHER  # noqa: E402
 
 USAGE = {
     "prompt_tokens": 1200,
