@@ -13,9 +13,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.panel import Panel
+from rich.text import Text
 
 from ..store.sqlite import open_reader
-from .runs import events_table, operations_table, run_summary
+from .runs import events_table, operations_table, run_summary, safe_text
 
 console = Console(highlight=False)
 
@@ -44,7 +45,13 @@ def _show(line: str) -> dict[str, object]:
         data = record["data"]
         assert isinstance(data, dict)
         what = data.get("key") or data.get("status") or ""
-        console.print(f"  [dim]{record['sequence']:>3}[/]  {record['type']:<16} {what}")
+        console.print(
+            Text.assemble(
+                ("  " + f"{record['sequence']:>3}", "dim"),
+                "  ",
+                safe_text(f"{record['type']:<16} {what}", one_line=True),
+            )
+        )
     return record
 
 
@@ -124,7 +131,7 @@ def demo(db: str, kill_at: str | None) -> None:
             output = record["output"]
     if child.wait() != 0 or output is None:
         raise click.ClickException("the resumed run did not finish; see the output above")
-    console.print(f"  [bold green]✓ completed:[/] {output}\n")
+    console.print(Text.assemble(("  ✓ completed: ", "bold green"), safe_text(output), "\n"))
 
     reader = open_reader(path)
     try:

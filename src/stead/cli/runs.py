@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
 
 from ..errors import SteadError
 from ..store.records import Event, Operation, Run
@@ -38,9 +40,51 @@ def _reader(path: str) -> Iterator[SqliteTx]:
         tx.conn.close()
 
 
-def _short(value: object, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= width else text[: width - 1] + "…"
+# Characters a terminal would act on, or that would disguise the text around them: C0 controls
+# (tab and newline only in one-line mode), DEL, C1 controls (0x9b is a one-byte CSI), the Unicode
+# line/paragraph separators, and the bidi marks, embeddings, overrides and isolates.
+_BIDI = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+_UNSAFE_ONE_LINE = re.compile(rf"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def _plain(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def safe_text(value: object, *, style: str = "", one_line: bool = False) -> Text:
+    """``value`` as inert rich text: the one way journal data reaches the terminal.
+
+    A str is taken as is, anything else as its JSON. The result is a :class:`rich.text.Text`,
+    which rich never parses as markup (``[link=...]``, ``[/]``) or emoji codes, and every
+    control character is replaced by a visible Python-style escape (``\\x1b``, ``\\r``,
+    ``\\x9b``, ``\\u202e``): C0 controls except tab and newline (those too with
+    ``one_line=True``), DEL, C1 controls, U+2028/U+2029 and the bidi controls. Backslashes
+    themselves are left alone, so ``\\x1b`` in the output may also be those four characters.
+    """
+    pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
+    return Text(pattern.sub(_visible, _plain(value)), style=style)
+
+
+def _line(*parts: object, one_line: bool = False) -> Text:
+    """Join ``parts`` into one text: :class:`Text` parts as they are, the rest via ``safe_text``."""
+    line = Text()
+    for part in parts:
+        line.append_text(part if isinstance(part, Text) else safe_text(part, one_line=one_line))
+    return line
+
+
+def _short(value: object, width: int = 60) -> Text:
+    """A one-line preview of ``value``: cut to ``width`` characters, then made safe."""
+    text = _plain(value)
+    return safe_text(text if len(text) <= width else text[: width - 1] + "…", one_line=True)
 
 
 @click.group()
@@ -67,12 +111,12 @@ def list_runs(db: str, session: str | None, status: str | None, limit: int) -> N
     table.columns.insert(0, Column("run", no_wrap=True))
     for run in found:
         table.add_row(
-            run.id,
-            f"{run.agent_id}@{run.version}",
-            run.session_id,
-            run.request_id,
-            run.status.value,
-            run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            safe_text(run.id),
+            _line(run.agent_id, "@", run.version),
+            safe_text(run.session_id),
+            safe_text(run.request_id),
+            safe_text(run.status.value),
+            safe_text(run.created_at.strftime("%Y-%m-%d %H:%M:%S")),
         )
     console.print(table if found else "no runs")
 
@@ -83,7 +127,7 @@ def operations_table(operations: list[Operation]) -> Table:
     )
     for op in operations:
         result = (
-            ""
+            Text()
             if op.result is None
             else _short(
                 op.result.get("text") or op.result.get("tool_calls")
@@ -91,55 +135,75 @@ def operations_table(operations: list[Operation]) -> Table:
                 else op.result.get("output")
             )
         )
-        table.add_row(op.key, op.kind, op.recovery, op.status, str(op.attempts), result)
+        table.add_row(
+            safe_text(op.key),
+            safe_text(op.kind),
+            safe_text(op.recovery),
+            safe_text(op.status),
+            safe_text(op.attempts),
+            result,
+        )
     return table
 
 
-def describe(event: Event) -> str:
-    """One line a person can read for an event."""
+def describe(event: Event) -> Text:
+    """One line a person can read for an event (journal values made safe by ``safe_text``)."""
+
+    def line(*parts: object) -> Text:
+        return _line(*parts, one_line=True)
+
     data = event.data
-    key = data.get("key", "")
-    attempt = f" (attempt {data['attempt']})" if data.get("attempt", 1) != 1 else ""
+    key = line(data.get("key", ""))
+    attempt = line(" (attempt ", data["attempt"], ")") if data.get("attempt", 1) != 1 else ""
     if event.type == "submitted":
-        return f"{data['agent_id']}@{data['version']} request {data['request_id']}"
+        return line(data["agent_id"], "@", data["version"], " request ", data["request_id"])
     if event.type == "status":
         extra = ", resumed after a stop" if data.get("resumed") else ""
-        reason = f": {data['reason']}" if data.get("reason") else ""
-        return f"{data['status']}{extra}{reason}"
+        reason = line(": ", data["reason"]) if data.get("reason") else ""
+        return line(data["status"], extra, reason)
     if event.type == "model_completed":
-        calls = ", ".join(c["name"] for c in data.get("tool_calls", []))
-        return f"{key} → " + (f"call {calls}" if calls else _short(data.get("text", ""), 60))
+        calls = ", ".join(_plain(c["name"]) for c in data.get("tool_calls", []))
+        return line(key, " → ", line("call ", calls) if calls else _short(data.get("text", ""), 60))
     if event.type == "tool_started":
-        return f"{key} {data.get('tool')}{attempt}"
+        return line(key, " ", data.get("tool"), attempt)
     if event.type == "tool_completed":
         verdict = "failed: " if data.get("failed") else ""
-        return f"{key} → {verdict}{_short(data.get('output'), 50)}"
-    return f"{key}{attempt}" if key else _short(data, 70)
+        return line(key, " → ", verdict, _short(data.get("output"), 50))
+    return line(key, attempt) if key else _short(data, 70)
 
 
 def events_table(events: list[Event]) -> Table:
     table = Table("seq", "time", "event", "detail", title="events")
     for event in events:
         table.add_row(
-            str(event.sequence),
-            event.created_at.strftime("%H:%M:%S.%f")[:-3],
-            event.type,
+            safe_text(event.sequence),
+            safe_text(event.created_at.strftime("%H:%M:%S.%f")[:-3]),
+            safe_text(event.type),
             describe(event),
         )
     return table
 
 
-def run_summary(run: Run) -> str:
+def run_summary(run: Run) -> Text:
     lines = [
-        f"[bold]{run.id}[/]  {run.agent_id}@{run.version}  session {run.session_id}  "
-        f"request {run.request_id}",
-        f"status: [bold]{run.status.value}[/]",
+        _line(
+            safe_text(run.id, style="bold"),
+            "  ",
+            run.agent_id,
+            "@",
+            run.version,
+            "  session ",
+            run.session_id,
+            "  request ",
+            run.request_id,
+        ),
+        _line("status: ", safe_text(run.status.value, style="bold")),
     ]
     if run.error:
-        lines.append(f"reason: {run.error.get('reason')}")
+        lines.append(_line("reason: ", run.error.get("reason")))
     if run.outcome:
-        lines.append(f"output: {run.outcome.get('output')}")
-    return "\n".join(lines)
+        lines.append(_line("output: ", run.outcome.get("output")))
+    return Text("\n").join(lines)
 
 
 def _find(tx: SqliteTx, run_id: str) -> Run:
