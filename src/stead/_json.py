@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -42,32 +43,84 @@ def to_json(value: object) -> JSON:
     """Convert ``value`` (JSON values, pydantic models, dataclasses, dates, ...) to plain JSON.
 
     Raises :class:`NotJSONError` naming the offending type when it cannot be done; the check
-    is strict (no NaN, string keys only) so what is stored reads back equal.
+    is strict (no NaN or infinity, string keys only, no lone surrogates) so what is stored
+    reads back equal.
     """
     try:
         plain = to_jsonable_python(value)
-    except PydanticSerializationError as exc:
+    except RecursionError:
+        raise NotJSONError("the value is nested too deeply (or refers to itself)") from None
+    except (PydanticSerializationError, ValueError) as exc:
         raise NotJSONError(f"a value of type {type(value).__name__} is not JSON: {exc}") from None
     _check(plain)
     return plain
 
 
-def _check(value: JSON) -> None:
-    if value is None or isinstance(value, bool | int | str):
+def check_text(text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 (a lone surrogate, say), or ``None`` if it can."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"text holds {text[exc.start : exc.end]!r} at position {exc.start}, a lone "
+            "surrogate that is not valid Unicode text"
+        )
+    return None
+
+
+def storable_pairs(text: str) -> str:
+    """``text`` with surrogate pairs joined into the characters they encode (lossless: a
+    stream decoded piece by piece can split an emoji into two halves)."""
+    if check_text(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` made storable for display: surrogate pairs joined, lone surrogates replaced by
+    U+FFFD. For messages and progress text only; data is refused instead (:func:`to_json`)."""
+    return _LONE_SURROGATE.sub("\ufffd", storable_pairs(text))
+
+
+#: Deeper nesting than this is refused: it cannot be encoded or decoded without recursion errors.
+MAX_DEPTH = 256
+#: Integers beyond this many bits cannot be written as decimal text by Python's default limits.
+_MAX_INT_BITS = 13_000
+
+
+def _check(value: JSON, depth: int = 0) -> None:
+    if isinstance(value, str):
+        problem = check_text(value)
+        if problem is not None:
+            raise NotJSONError(problem)
+        return
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise NotJSONError(f"an integer of {value.bit_length()} bits is too large for JSON")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise NotJSONError(f"{value!r} is not a JSON number")
         return
+    if depth >= MAX_DEPTH:
+        raise NotJSONError(f"the value is nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, list):
         for item in value:
-            _check(item)
+            _check(item, depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotJSONError(f"JSON object keys must be strings, not {type(key).__name__}")
-            _check(item)
+            _check(key)
+            _check(item, depth + 1)
         return
     raise NotJSONError(f"a value of type {type(value).__name__} is not JSON")
 

@@ -10,6 +10,7 @@
     ├── OwnershipError         another live runtime owns the store
     ├── SchemaVersionError     the database was written by a newer stead
     ├── StorageError           the store failed; the runtime is poisoned until reopened
+    ├── RuntimeClosedError     the runtime was closed; open the store again
     ├── ModelError             a model provider failed (``retryable`` says whether to try again)
     ├── RunFailed              awaiting a run that ended ``failed``
     └── RunCancelled           awaiting a run that ended ``cancelled``
@@ -27,6 +28,7 @@ __all__ = [
     "OwnershipError",
     "RunCancelled",
     "RunFailed",
+    "RuntimeClosedError",
     "SchemaVersionError",
     "SteadError",
     "StorageError",
@@ -64,6 +66,11 @@ class SchemaVersionError(SteadError):
 
 class StorageError(SteadError):
     """The store failed. The runtime refuses every later call until it is closed and reopened."""
+
+
+class RuntimeClosedError(SteadError):
+    """The runtime was closed (by :meth:`Runtime.close` or leaving its ``async with``); open
+    the store again with ``App.open`` to go on."""
 
 
 class ModelError(SteadError):

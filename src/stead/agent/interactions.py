@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._json import JSON, NotJSONError, to_json
+from .._json import JSON, NotJSONError, check_text, to_json
 from ..errors import ValidationError
 from .tools import Tool, tool
 
@@ -41,6 +41,9 @@ def _text(name: str, value: object, *, required: bool = False) -> str | None:
         raise ValidationError(
             f"{name} must be a {'non-blank ' if required else ''}string, got {value!r}"
         )
+    problem = check_text(value)
+    if problem is not None:
+        raise ValidationError(f"{name} cannot be stored: its {problem}")
     return value
 
 

@@ -16,7 +16,17 @@ from typing import Any
 
 import pydantic
 
-from .._json import JSON, NotJSONError, canonical, digest_text, dumps, loads, to_json
+from .._json import (
+    JSON,
+    NotJSONError,
+    canonical,
+    digest_text,
+    dumps,
+    loads,
+    storable_pairs,
+    storable_text,
+    to_json,
+)
 from ..errors import ModelError
 from ..messages import (
     AssistantMessage,
@@ -33,10 +43,11 @@ from ..models import model_id
 from ..models.pricing import Price
 from ..runtime.control import Blocked, Failed, RetryLater, Stop, Waiting
 from ..runtime.journal import RunJournal, write_messages
-from ..store.records import Interaction
+from ..store.records import Interaction, Recovery
 from ..store.sqlite_tx import SqliteTx
 from .agent import Agent
 from .interactions import ApprovalRequired
+from .policies import Retry
 from .streaming import stream_response
 from .tools import ModelRetry, Tool, ToolContext
 
@@ -118,6 +129,7 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
             prepare=prepare,
             on_result=functools.partial(_model_writes, journal, bodies),
+            max_attempts=(agent.model_retry or Retry()).max_attempts,
         )
         if fresh:
             assistant = fresh[-1]
@@ -191,19 +203,67 @@ async def _call_model(
             operation=key,
             kind="model",
         )
-    message = AssistantMessage(
-        text=response.text, tool_calls=_normalize_calls(response.tool_calls, request.turn)
-    )
-    body = canonical(message_to_json(message))
+    try:
+        message, body, result = _journalable(response, request.turn)
+    except ModelError as exc:
+        raise _model_failure(
+            agent, key, attempt - attempt_base, ModelError(f"model {name!r} at {key}: {exc}")
+        ) from exc
+    except NotJSONError as exc:
+        # Text that cannot be stored (half of an emoji, say) or numbers JSON has no form for:
+        # the answer is unusable, and another attempt may well give a good one.
+        problem = ModelError(
+            f"model {name!r} answered {key} with content that cannot be journaled ({exc})",
+            retryable=True,
+        )
+        raise _model_failure(agent, key, attempt - attempt_base, problem) from exc
     fresh.append(message)
     bodies.append(body)
+    return result
+
+
+def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, str, JSON]:
+    """The message and result a response is journaled as; raises :class:`ModelError` for a
+    response of the wrong shape and :class:`NotJSONError` for content JSON cannot hold."""
+    if not isinstance(response.text, str):
+        raise ModelError(f"ModelResponse.text must be a string, not {response.text!r}")
+    if not isinstance(response.tool_calls, tuple | list):
+        raise ModelError(
+            f"ModelResponse.tool_calls must be a tuple of stead.ToolCall, not "
+            f"{response.tool_calls!r}"
+        )
+    for call in response.tool_calls:
+        if not isinstance(call, ToolCall):
+            raise ModelError(f"a tool call must be a stead.ToolCall, not {call!r}")
+        if not isinstance(call.name, str) or not call.name:
+            raise ModelError(f"tool call {call!r} has no name")
+        if call.id is not None and not isinstance(call.id, str):
+            raise ModelError(f"tool call {call.name!r} has id {call.id!r}; ids are strings")
+        if not isinstance(call.arguments, Mapping):
+            raise ModelError(
+                f"tool call {call.name!r} has arguments {call.arguments!r}; arguments are a "
+                "dict of JSON values (an empty dict when there are none)"
+            )
+    usage = response.usage
+    if not isinstance(usage, Usage) or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage.to_json().values()
+    ):
+        raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {usage!r}")
+    message = AssistantMessage(
+        text=storable_pairs(response.text),
+        tool_calls=_normalize_calls(tuple(response.tool_calls), turn),
+    )
     # The message itself is stored once, as a blob shared with the history chain.
-    return {
-        "message": digest_text(body),
-        "usage": response.usage.to_json(),
-        "model": response.model,
-        "finish_reason": response.finish_reason,
-    }
+    body = canonical(to_json(message_to_json(message)))
+    result = to_json(
+        {
+            "message": digest_text(body),
+            "usage": usage.to_json(),
+            "model": response.model,
+            "finish_reason": response.finish_reason,
+        }
+    )
+    return message, body, result
 
 
 def _attempt_base(journal: RunJournal, key: str) -> int:
@@ -343,6 +403,7 @@ def _content(output: JSON) -> str:
 
 
 def _failure(error: str, **extra: JSON) -> JSON:
+    error = storable_text(error)
     return {"output": error, "failed": True, "error": error, **extra}
 
 
@@ -360,7 +421,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
     validated: dict[str, Any] = {}
     try:
         arguments = to_json(dict(call.arguments))
-    except NotJSONError as exc:
+    except (NotJSONError, TypeError, ValueError) as exc:
         arguments, problem = {}, f"invalid arguments for tool {call.name!r}: {exc}"
     if tool is None:
         known = ", ".join(t.name for t in agent.tools) or "none"
@@ -371,8 +432,13 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         except pydantic.ValidationError as exc:
             problem = f"invalid arguments for tool {call.name!r}: {_validation_message(exc)}"
 
+    recovery: Recovery = tool.recovery if tool is not None and problem is None else "safe"
     interaction = journal.interactions.get(approval_key)
     approved = False
+    done = journal.operations.get(key)
+    if done is not None and done.status == "completed":
+        # A committed result stands (a fork copies them): no gate is asked again.
+        return await _journal_tool(journal, key, call, recovery, arguments, _constant(None))
     if tool is not None and problem is None:
         if tool.is_question:
             answer = _decision(
@@ -446,6 +512,11 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         try:
             output = to_json(value)
         except NotJSONError as exc:
+            if recovery == "safe":  # running it again is harmless: tell the model instead
+                return _failure(
+                    f"tool {call.name!r} returned a value that cannot be journaled ({exc}); "
+                    "a tool returns JSON values or pydantic models"
+                )
             raise Blocked(
                 f"tool {call.name!r} at {key} returned a value that is not JSON ({exc}); its "
                 "effect may have happened, so nothing was recorded. Make the tool return JSON "
@@ -454,8 +525,15 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
             ) from exc
         return _success(output)
 
-    recovery = tool.recovery if tool is not None and problem is None else "safe"
-    return await _journal_tool(journal, key, call, recovery, arguments, execute)
+    return await _journal_tool(
+        journal,
+        key,
+        call,
+        recovery,
+        arguments,
+        execute,
+        max_attempts=tool.max_attempts if tool is not None else 3,
+    )
 
 
 def _needs_approval(tool: Tool, validated: dict[str, Any], call: ToolCall) -> bool:
@@ -494,7 +572,14 @@ def _constant(result: JSON) -> Any:
 
 
 async def _journal_tool(
-    journal: RunJournal, key: str, call: ToolCall, recovery: Any, arguments: JSON, execute: Any
+    journal: RunJournal,
+    key: str,
+    call: ToolCall,
+    recovery: Recovery,
+    arguments: JSON,
+    execute: Any,
+    *,
+    max_attempts: int = 3,
 ) -> JSON:
     run_id = journal.run.id
     call_id = call.id or ""
@@ -519,6 +604,7 @@ async def _journal_tool(
             "output": _preview(result["output"]),
         },
         describe=f" (tool {call.name!r})",
+        max_attempts=max_attempts,
     )
     return result
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._json import JSON
+from .._json import JSON, storable_text
 from ..errors import ValidationError
 from ..messages import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 from ..runtime.journal import RunJournal
@@ -42,30 +42,41 @@ class DeltaWriter:
     def add(self, delta: TextDelta | ToolCallDelta) -> None:
         if isinstance(delta, TextDelta):
             if delta.text:
-                self._text.append(delta.text)
+                self._text.append(str(delta.text))
         else:
-            call = self._calls.setdefault(delta.index, {"index": delta.index, "arguments": ""})
+            index = delta.index if isinstance(delta.index, int) else 0
+            call = self._calls.setdefault(index, {"index": index, "arguments": ""})
             if delta.id is not None:
-                call["id"] = delta.id
+                call["id"] = storable_text(str(delta.id))
             if delta.name is not None:
-                call["name"] = delta.name
-            call["arguments"] += delta.arguments
+                call["name"] = storable_text(str(delta.name))
+            call["arguments"] += str(delta.arguments or "")
         if self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._interval, self.flush)
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._text and not self._calls:
+        text = "".join(self._text)
+        held = ""
+        if text and "\ud800" <= text[-1] <= "\udbff" and not final:
+            text, held = text[:-1], text[-1]  # the first half of a character: wait for the rest
+        if not text and not self._calls:
+            self._text = [held] if held else []
             return
         data: dict[str, JSON] = {"key": self._key, "attempt_id": self._attempt_id}
-        if self._text:
-            data["text"] = "".join(self._text)
+        # Progress text is shown, never replayed: halves of a character split across chunks
+        # are joined, and what still cannot be stored is replaced rather than refused.
+        if text:
+            data["text"] = storable_text(text)
         if self._calls:
-            data["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
-        self._text, self._calls = [], {}
+            data["tool_calls"] = [
+                {**call, "arguments": storable_text(call["arguments"])}
+                for _, call in sorted(self._calls.items())
+            ]
+        self._text, self._calls = ([held] if held else []), {}
         run_id = self._journal.run.id
         self._journal.write(lambda tx: _append(tx, run_id, "model_delta", data))
         self.commits += 1
@@ -110,14 +121,14 @@ async def stream_response(
         writer.close()
         raise
     except Exception as exc:
-        writer.flush()
+        writer.flush(final=True)
         failed = {
             "key": key,
             "attempt": attempt,
             "attempt_id": attempt_id,
-            "error": f"{type(exc).__name__}: {exc}",
+            "error": storable_text(f"{type(exc).__name__}: {exc}"),
         }
         journal.write(lambda tx: _append(tx, run_id, "model_attempt_failed", failed))
         raise
-    writer.flush()
+    writer.flush(final=True)
     return final

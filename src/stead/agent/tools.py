@@ -64,6 +64,7 @@ class Tool:
         description: str | None = None,
         recovery: Recovery = "manual",
         approval: bool | Callable[[dict[str, Any]], bool] = False,
+        max_attempts: int = 3,
     ) -> None:
         if not callable(fn):
             raise ValidationError(f"a tool must wrap a function, got {fn!r}")
@@ -81,6 +82,11 @@ class Tool:
             description if description is not None else inspect.cleandoc(fn.__doc__ or "")
         ).strip()
         self.recovery: Recovery = recovery
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValidationError(
+                f"tool {tool_name!r}: max_attempts must be a positive integer, got {max_attempts!r}"
+            )
+        self.max_attempts = max_attempts
         if not isinstance(approval, bool) and not callable(approval):
             raise ValidationError(
                 f"tool {tool_name!r}: approval must be True, False or a predicate over the "
@@ -171,6 +177,7 @@ def tool(
     description: str | None = None,
     recovery: Recovery = "manual",
     approval: bool | Callable[[dict[str, Any]], bool] = False,
+    max_attempts: int = 3,
 ) -> Callable[[Callable[P, R]], Tool]: ...
 
 
@@ -182,6 +189,7 @@ def tool(
     description: str | None = None,
     recovery: Recovery = "manual",
     approval: bool | Callable[[dict[str, Any]], bool] = False,
+    max_attempts: int = 3,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool.
 
@@ -193,11 +201,20 @@ def tool(
     ``approval=True`` makes every call wait for a person; a predicate receives the validated
     arguments as a dict (``approval=lambda args: args["amount"] > 100``) and must be
     deterministic, since it is asked again when the run replays.
+
+    ``max_attempts`` bounds how often a ``safe`` or ``idempotent`` call that was interrupted
+    (the process died while it ran) is started again: once it was started that many times
+    without finishing, the run goes to ``needs_attention`` instead of crashing once more.
     """
 
     def wrap(function: Callable[..., Any]) -> Tool:
         return Tool(
-            function, name=name, description=description, recovery=recovery, approval=approval
+            function,
+            name=name,
+            description=description,
+            recovery=recovery,
+            approval=approval,
+            max_attempts=max_attempts,
         )
 
     if fn is not None:

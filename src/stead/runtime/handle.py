@@ -74,11 +74,12 @@ class RunHandle:
     async def status(self) -> RunStatus:
         return (await self._runtime._read_run(self.id)).status
 
-    async def result(self) -> RunOutcome:
+    async def result(self, timeout: float | None = None) -> RunOutcome:
         """Wait until the run is terminal. Returns its outcome; raises :class:`RunFailed` or
-        :class:`RunCancelled`. A run that waits for a person keeps this waiting; nothing here
-        approves, resolves or retries anything."""
-        return await self._runtime._result(self.id)
+        :class:`RunCancelled`, or :class:`TimeoutError` after ``timeout`` seconds (``None``
+        waits for ever; the run goes on either way). A run that waits for a person keeps this
+        waiting; nothing here approves, resolves or retries anything."""
+        return await self._runtime._result(self.id, timeout)
 
     def events(self, after: int = 0) -> AsyncIterator[Event]:
         """The run's events after sequence ``after``: persisted ones, then live ones as they

@@ -8,7 +8,7 @@ import dataclasses
 from datetime import datetime
 
 from .._clock import iso
-from .._json import JSON
+from .._json import JSON, storable_text
 from ..errors import ConflictError, LimitError, NotFoundError, ValidationError
 from ..store.records import Event, Operation, Run, RunStatus
 from ..store.sqlite_tx import SqliteTx
@@ -25,15 +25,20 @@ def record_stop(
     operation: str | None,
     kind: str = "error",
     next_attempt_at: datetime | None = None,
+    traceback: str | None = None,
 ) -> None:
     """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
     current = tx.get_run(run_id)
     if current is None or current.status.terminal:
         return
+    reason = storable_text(reason)
+    error: dict[str, JSON] = {"reason": reason, "operation": operation, "kind": kind}
+    if traceback is not None:
+        error["traceback"] = storable_text(traceback)
     tx.update_run(
         run_id,
         status=status,
-        error={"reason": reason, "operation": operation, "kind": kind},
+        error=error,
         error_kind=kind,
         blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
         finished_at=tx.now() if status.terminal else None,
@@ -215,7 +220,7 @@ def retry_job(tx: SqliteTx, *, run_id: str, where: str) -> None:
             )
     if run.blocked_operation is not None:
         tx.order_rerun(run_id, run.blocked_operation)
-    tx.reset_attempts(run_id, "model")  # a fresh back-off budget
+    tx.reset_attempts(run_id)  # a fresh back-off and crash budget
     tx.update_run(
         run_id,
         status=RunStatus.PENDING,

@@ -24,7 +24,7 @@ from ..store.records import Interaction, Operation, Recovery, Run
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx, history_node
 from . import boundaries
-from .control import Blocked
+from .control import Blocked, Failed
 
 __all__ = ["Conversation", "RunJournal", "write_messages"]
 
@@ -100,6 +100,9 @@ class RunJournal:
         self.max_payload_bytes = max_payload_bytes
         self.max_operations = max_operations
         self.prices: Mapping[str, Price] | None = None
+        #: Operations whose intent is written and whose result is not: if the execution ends
+        #: unexpectedly, a non-``safe`` one among them may have had its effect.
+        self.in_flight: dict[str, Recovery] = {}
         self._keys: set[str] = set()
 
     # -- writes ------------------------------------------------------------------------------
@@ -173,6 +176,7 @@ class RunJournal:
         prepare: Callable[[SqliteTx], None] | None = None,
         on_result: Callable[[JSON], Callable[[SqliteTx], None]] | None = None,
         describe: str = "",
+        max_attempts: int = 3,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -180,7 +184,8 @@ class RunJournal:
         ``<kind>_started``/``<kind>_completed`` events. ``on_result(result)``, called when the
         result is new, returns extra writes for the result's transaction (such as the run's
         usage); ``prepare`` adds writes before the intent (such as the messages the input
-        refers to).
+        refers to). ``max_attempts`` bounds how often an interrupted operation is started
+        again: an operation that keeps killing the process is not sent once more.
         """
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
@@ -212,6 +217,24 @@ class RunJournal:
                     f"'manual': whether it took effect is unknown (operation id "
                     f"{op.operation_id}). Check the outside world, then resolve({key!r}, "
                     "output=...) with what it did, or retry() to run it again",
+                    operation=key,
+                )
+            started_since_retry = op.attempts - op.attempt_base
+            if started_since_retry >= max_attempts:
+                reason = (
+                    f"operation {key}{describe} was started {started_since_retry} times and "
+                    f"never finished (the process stopped during each attempt); its attempt "
+                    f"limit is {max_attempts}, so it is not started again"
+                )
+                if kind == "model":
+                    raise Failed(
+                        f"{reason}. Find what stops the process, then retry() the run",
+                        operation=key,
+                        kind="model",
+                    )
+                raise Blocked(
+                    f"{reason}. Find what stops the process, then resolve({key!r}, output=...) "
+                    "with what it did, or retry() to start it again",
                     operation=key,
                 )
             attempt = op.attempts + 1
@@ -260,6 +283,7 @@ class RunJournal:
         # model request too — is in the journal. A safe tool's intent is pipelined instead: if
         # the process dies before it commits, the tool simply runs again, which is what safe
         # means, and a run of safe steps shares commits.
+        self.in_flight[key] = recovery
         if wait_for_intent:
             await intent
         if boundaries.hook is not None:
@@ -284,6 +308,7 @@ class RunJournal:
             tx.append_event(run_id, f"{kind}_completed", done_data)
 
         written = self.write(finish, barrier=recovery != "safe", lazy=recovery == "safe")
+        del self.in_flight[key]
         if recovery != "safe":
             # Result after: the run builds on a side effect's result only once it is on disk,
             # so a crash can never leave an effect the run already acted on uncertain.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._json import check_text
 from ..errors import ValidationError
 
-__all__ = ["Limits", "require_id"]
+__all__ = ["Limits", "require_id", "require_text"]
 
 _ID_MAX = 512
 
@@ -33,6 +34,20 @@ def require_id(name: str, value: object) -> str:
         raise ValidationError(f"{name} must be a non-blank string, got {value!r}")
     if len(value) > _ID_MAX:
         raise ValidationError(f"{name} is {len(value)} characters long; the limit is {_ID_MAX}")
-    if any(ord(ch) < 32 for ch in value):
+    if any(ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in value):
         raise ValidationError(f"{name} {value!r} contains control characters")
+    problem = check_text(value)
+    if problem is not None:
+        raise ValidationError(f"{name} {value!r} cannot be stored: its {problem}")
+    return value
+
+
+def require_text(name: str, value: object, *, blank: bool = False) -> str:
+    """A string that can be stored as UTF-8 (``blank`` allows an empty or blank one)."""
+    if not isinstance(value, str) or (not blank and not value.strip()):
+        kind = "a string" if blank else "a non-blank string"
+        raise ValidationError(f"{name} must be {kind}, got {value!r}")
+    problem = check_text(value)
+    if problem is not None:
+        raise ValidationError(f"{name} cannot be stored: its {problem}")
     return value

@@ -9,7 +9,10 @@ process continues them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import logging
+import traceback
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -26,12 +29,20 @@ from ..errors import (
     NotFoundError,
     RunCancelled,
     RunFailed,
-    SteadError,
+    RuntimeClosedError,
     StorageError,
     ValidationError,
 )
 from ..messages import Usage, message_from_json
-from ..store.records import RUNNABLE_STATUSES, Event, Interaction, Operation, Run, RunStatus
+from ..store.records import (
+    RUNNABLE_STATUSES,
+    Event,
+    Interaction,
+    Operation,
+    Recovery,
+    Run,
+    RunStatus,
+)
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
 from . import jobs
@@ -39,7 +50,7 @@ from .checkpoint import build_checkpoint
 from .control import Blocked, Failed, RetryLater, Waiting
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal import RunJournal, write_messages
-from .limits import Limits, require_id
+from .limits import Limits, require_id, require_text
 
 if TYPE_CHECKING:
     from ..app import App
@@ -47,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "Runtime"]
 
 _OUTCOME_CACHE = 1024
+
+logger = logging.getLogger("stead")
 
 
 class Runtime:
@@ -159,7 +172,7 @@ class Runtime:
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(
-                        SteadError(
+                        RuntimeClosedError(
                             "the runtime was closed while waiting for "
                             "the run; reopen it to continue waiting"
                         )
@@ -181,7 +194,9 @@ class Runtime:
         if self._fatal is not None:
             raise self._fatal
         if self._closed:
-            raise SteadError("this runtime is closed; open the store again with App.open(...)")
+            raise RuntimeClosedError(
+                f"this runtime on {self.store!r} is closed; open the store again with App.open(...)"
+            )
 
     # -- submission --------------------------------------------------------------------------
 
@@ -207,8 +222,7 @@ class Runtime:
         require_id("agent_id", agent_id)
         require_id("session_id", session_id)
         require_id("request_id", request_id)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValidationError(f"prompt must be a non-blank string, got {prompt!r}")
+        require_text("prompt", prompt)
         agent = self.app.agent(agent_id, version)
         payload = {"prompt": prompt}
         size = len(dumps(payload).encode())
@@ -346,6 +360,10 @@ class Runtime:
     ) -> RunPage:
         """Runs, newest first, filtered; pass ``page.next_cursor`` as ``after`` for more."""
         self._check()
+        if session_id is not None:
+            require_id("session_id", session_id)
+        if agent_id is not None:
+            require_id("agent_id", agent_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
         statuses: list[str] | None = None
@@ -416,6 +434,10 @@ class Runtime:
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        if session_id is not None:
+            require_id("session_id", session_id)
+        if run_id is not None:
+            require_id("run_id", run_id)
         return await self.store.submit(
             functools.partial(
                 SqliteTx.list_interactions,
@@ -471,18 +493,60 @@ class Runtime:
             self._active[run_id] = task
 
     async def _execute(self, run_id: str) -> None:
+        in_flight: dict[str, Recovery] = {}
         try:
-            await self._execute_run(run_id)
+            await self._execute_run(run_id, in_flight)
         except asyncio.CancelledError:
             pass  # closing: the journal is kept and the next owner continues
         except StorageError:
             pass  # the runtime is poisoned; reopening recovers from the saved intents
+        except Exception as exc:  # a defect or odd data: end this execution, never loop
+            with contextlib.suppress(StorageError, asyncio.CancelledError):
+                await self._record_unexpected(run_id, exc, in_flight)
         finally:
             self._active.pop(run_id, None)
             if not self._closed:
                 self._wake.set()
 
-    async def _execute_run(self, run_id: str) -> None:
+    async def _record_unexpected(
+        self, run_id: str, exc: Exception, in_flight: dict[str, Recovery]
+    ) -> None:
+        """Stop a run whose execution raised something unexpected, with the traceback kept:
+        ``needs_attention`` naming the operation when a side effect may have happened (a
+        non-``safe`` operation was in flight), else ``failed``. Restarting it at once would
+        only raise the same exception again."""
+        trace = "".join(traceback.format_exception(exc))
+        uncertain = next((key for key, policy in in_flight.items() if policy != "safe"), None)
+        detail = f"{type(exc).__name__}: {exc}"
+        if uncertain is not None:
+            status = RunStatus.NEEDS_ATTENTION
+            reason = (
+                f"an unexpected error stopped the run while operation {uncertain} was in "
+                f"progress, so its effect may have happened: {detail}. Check the outside world, "
+                f"then resolve({uncertain!r}, output=...) or retry(); the traceback is in the "
+                "run's error"
+            )
+        else:
+            status = RunStatus.FAILED
+            reason = (
+                f"an unexpected error stopped the run: {detail}. The traceback is in the run's "
+                "error and the 'stead' log; fix the cause, then retry() the run"
+            )
+        logger.error("run %s stopped (%s): %s", run_id, status.value, detail, exc_info=exc)
+        await self.store.submit(
+            functools.partial(
+                jobs.record_stop,
+                run_id=run_id,
+                status=status,
+                reason=reason,
+                operation=uncertain,
+                kind="internal",
+                traceback=trace,
+            ),
+            barrier=True,
+        )
+
+    async def _execute_run(self, run_id: str, in_flight: dict[str, Recovery]) -> None:
         find = self.app.find
 
         def begin(
@@ -543,6 +607,7 @@ class Runtime:
             self.limits.max_operations_per_run,
         )
         journal.prices = self.app.prices
+        journal.in_flight = in_flight
         for body in history:
             journal.conversation.append(message_from_json(loads(body)), stored=True)
         history_length = len(history)
@@ -672,7 +737,25 @@ class Runtime:
             raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
         return run
 
-    async def _result(self, run_id: str) -> RunOutcome:
+    async def _result(self, run_id: str, timeout: float | None) -> RunOutcome:
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout < float("inf")
+        ):
+            raise ValidationError(
+                f"timeout must be a number of seconds >= 0 or None, got {timeout!r}"
+            )
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._await_result(run_id)
+        except TimeoutError:
+            raise TimeoutError(
+                f"run {run_id} did not end within {timeout:g}s; it goes on — call result() "
+                "again to keep waiting"
+            ) from None
+
+    async def _await_result(self, run_id: str) -> RunOutcome:
         while True:
             self._check()
             cached = self._outcomes.get(run_id)
@@ -680,20 +763,24 @@ class Runtime:
                 return cached
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(run_id, []).append(waiter)
-            found = await self.store.submit(
-                functools.partial(jobs.read_outcome, run_id=run_id), read_only=True
-            )
-            if found is None:
-                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-            run, bodies = found
-            if run.status.terminal:
-                waiters = self._waiters.get(run_id, [])
-                if waiter in waiters:
+            try:
+                found = await self.store.submit(
+                    functools.partial(jobs.read_outcome, run_id=run_id), read_only=True
+                )
+                if found is None:
+                    raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+                run, bodies = found
+                if run.status.terminal:
+                    return self._outcome(run, bodies)
+                await waiter
+            finally:  # a waiter abandoned by a timeout or a cancellation is forgotten
+                waiters = self._waiters.get(run_id)
+                if waiters is not None and waiter in waiters:
                     waiters.remove(waiter)
                     if not waiters:
-                        self._waiters.pop(run_id, None)
-                return self._outcome(run, bodies)
-            await waiter
+                        del self._waiters[run_id]
+                if waiter.done() and not waiter.cancelled():
+                    waiter.exception()  # retrieved: never logged as unhandled
 
     def _outcome(self, run: Run, bodies: list[str]) -> RunOutcome:
         if run.status == RunStatus.FAILED:
@@ -808,8 +895,8 @@ class Runtime:
 
     async def _cancel(self, run_id: str, reason: str | None) -> None:
         self._check()
-        if reason is not None and not isinstance(reason, str):
-            raise ValidationError(f"reason must be a string, got {reason!r}")
+        if reason is not None:
+            require_text("reason", reason, blank=True)
 
         if await self.store.submit(
             functools.partial(

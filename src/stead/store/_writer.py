@@ -12,8 +12,9 @@ flushes that commit and every one before it; batches that arrive meanwhile share
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop never blocks on the disk.
 
-Any failure that is not a deliberate :class:`SteadError` from a job poisons the writer: the batch
-is rolled back, every job in it and every later job fails with the same :class:`StorageError`.
+A storage failure, or any failure of a job that has no savepoint of its own, poisons the writer:
+the batch is rolled back, every job in it and every later job fails with the same
+:class:`StorageError`. Other exceptions of a checked job are that job's answer alone.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ class Batcher(Protocol[Tx]):
     def commit(self, tx: Tx) -> tuple[list[Event], bool]: ...
     def rollback(self, tx: Tx) -> None: ...
     def read(self) -> Tx: ...
+    def busy(self, exc: BaseException) -> bool: ...
+
+    #: Seconds a batch may wait for a lock another process holds before the store fails.
+    busy_timeout: float
+
+    #: Exceptions that mean the storage itself failed (they poison the writer); anything else
+    #: a checked job raises is that job's answer.
+    storage_errors: tuple[type[BaseException], ...]
 
 
 @dataclass(slots=True)
@@ -101,6 +110,8 @@ class Writer:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._busy_since: float | None = None
+        self._busy_delay = 0.0
         self.poisoned: StorageError | None = None
 
     def submit(
@@ -169,6 +180,8 @@ class Writer:
             self._poison(exc, batch)
             return
         except Exception as exc:
+            if self._backend.busy(exc) and self._wait_for_lock(batch, exc):
+                return
             error = StorageError(
                 f"storage failed ({type(exc).__name__}: {exc}); nothing from the failed "
                 "transaction was kept. Close and reopen the runtime: it resumes from the "
@@ -177,6 +190,7 @@ class Writer:
             error.__cause__ = exc
             self._poison(error, batch)
             return
+        self._busy_since = None
         needs = 0
         if events or not all(job.read_only for job in batch):
             self._commits += 1
@@ -190,6 +204,23 @@ class Writer:
         self._deliveries.append(_Committed(batch, events, needs))
         self._deliver()
         self._start_sync()
+
+    def _wait_for_lock(self, batch: list[Job[Any]], exc: Exception) -> bool:
+        """Another process holds the database locked: put the batch back and try again soon,
+        without blocking the loop. False once the lock was held past ``busy_timeout``."""
+        now = self._loop.time()
+        if self._busy_since is None:
+            self._busy_since, self._busy_delay = now, 0.001
+        elif now - self._busy_since > self._backend.busy_timeout:
+            return False
+        else:
+            self._busy_delay = min(self._busy_delay * 2, 0.05)
+        for job in batch:  # the rolled-back attempt left nothing behind
+            job.result, job.error = None, None
+        self._pending = batch + self._pending
+        self._scheduled = True
+        self._loop.call_later(self._busy_delay, self._flush)
+        return True
 
     def _write(self, batch: list[Job[Any]]) -> tuple[list[Event], bool]:
         tx = self._backend.begin()
@@ -212,12 +243,20 @@ class Writer:
             raise
 
     def _call(self, tx: Any, job: Job[Any]) -> bool:
-        """Run one job; a SteadError it raises is its answer (its writes are rolled back)."""
+        """Run one job; a SteadError it raises is its answer (its writes are rolled back), and
+        so is any other exception of a checked or read-only job that is not a storage failure
+        (a value the database cannot take, say): one caller's bad input never poisons the
+        store. An unchecked job has no savepoint, so its failure poisons."""
         try:
             job.result = job.fn(tx)
             return True
         except SteadError as exc:
             if isinstance(exc, StorageError):
+                raise
+            job.error = exc
+            return False
+        except Exception as exc:
+            if isinstance(exc, self._backend.storage_errors) or not (job.checked or job.read_only):
                 raise
             job.error = exc
             return False
@@ -243,11 +282,14 @@ class Writer:
     def _synced_to(self, target: int, exc: BaseException | None) -> None:
         self._syncing = False
         if exc is not None:
-            error = StorageError(
-                f"flushing the journal to disk failed ({exc}); commits since the last flush may "
-                "not be durable. Close and reopen the runtime."
-            )
-            error.__cause__ = exc
+            if isinstance(exc, StorageError):
+                error = exc
+            else:
+                error = StorageError(
+                    f"flushing the journal to disk failed ({exc}); commits since the last flush "
+                    "may not be durable. Close and reopen the runtime."
+                )
+                error.__cause__ = exc
             pending = [job for delivery in self._deliveries for job in delivery.jobs]
             self._deliveries.clear()
             self._poison(error, pending)

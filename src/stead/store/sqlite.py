@@ -6,12 +6,22 @@ durable against a process crash — and a batch holding a barrier is made durabl
 the WAL on the writer's flush thread, which flushes every commit before it too
 (``fsync="always"`` makes every commit a barrier). WAL checkpoints run on their own thread and
 connection, off the commit path.
+
+Ownership is an exclusive ``flock`` on the database file, held for the runtime's life: the
+kernel releases it when the process dies, however it dies, so a live owner is never taken over
+(not from another pid namespace either) and a crashed one never blocks the next. The open file
+is also the store's identity: at every barrier the path must still name it, so a database that
+was deleted or replaced under a running runtime fails closed instead of acknowledging work that
+no reopening would find. On open, the schema must be exactly what stead's migrations create (no
+foreign triggers or views), and ``trusted_schema`` is off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import socket
 import sqlite3
@@ -63,23 +73,85 @@ def _statements(script: str) -> list[str]:
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
 
-#: Owner tokens held by open stores of this process: an owner row naming this pid with any
-#: other token was left by a runtime of this process that failed before it could release it.
-_LIVE_TOKENS: set[str] = set()
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_NOTADB = 26
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _error_code(exc: sqlite3.Error) -> int:
+    return int(getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def _is_busy(exc: BaseException) -> bool:
+    """The database is locked by another connection: wait and try again."""
+    if not isinstance(exc, sqlite3.OperationalError):
         return False
-    except PermissionError:
-        return True
-    try:  # a killed child not yet reaped is a zombie: it owns nothing any more
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    code = _error_code(exc)
+    if code:
+        return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "database is locked" in str(exc)
+
+
+def _expected_schema() -> dict[tuple[str, str], object]:
+    """What the migrations create: every table with its columns, every index with its
+    columns; computed once on an in-memory database."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for _number, script in _migrations():
+            for statement in _statements(script):
+                conn.execute(statement)
+        return _schema_of(conn)
+    finally:
+        conn.close()
+
+
+def _schema_of(conn: sqlite3.Connection) -> dict[tuple[str, str], object]:
+    found: dict[tuple[str, str], object] = {}
+    rows = conn.execute(
+        "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    for kind, name, table in rows:
+        shape: object
+        if kind == "table":
+            shape = sorted(tuple(row[1:6]) for row in conn.execute(f'PRAGMA table_xinfo("{name}")'))
+        elif kind == "index":
+            shape = (table, [tuple(row) for row in conn.execute(f'PRAGMA index_xinfo("{name}")')])
+        else:  # triggers and views: stead creates none
+            shape = None
+        found[(kind, name)] = shape
+    return found
+
+
+_EXPECTED_SCHEMA: dict[tuple[str, str], object] | None = None
+
+
+def _verify_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a database whose schema is not what stead's migrations create: a trigger or a
+    view someone added runs their code inside stead's transactions."""
+    global _EXPECTED_SCHEMA
+    if _EXPECTED_SCHEMA is None:
+        _EXPECTED_SCHEMA = _expected_schema()
+    actual = _schema_of(conn)
+    unknown = sorted(f"{kind} {name!r}" for kind, name in actual.keys() - _EXPECTED_SCHEMA.keys())
+    missing = sorted(f"{kind} {name!r}" for kind, name in _EXPECTED_SCHEMA.keys() - actual.keys())
+    changed = sorted(
+        f"{kind} {name!r}"
+        for (kind, name), shape in actual.items()
+        if (kind, name) in _EXPECTED_SCHEMA and _EXPECTED_SCHEMA[(kind, name)] != shape
+    )
+    if unknown or missing or changed:
+        parts = []
+        if unknown:
+            parts.append("unknown " + ", ".join(unknown))
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if changed:
+            parts.append("altered " + ", ".join(changed))
+        raise StorageError(
+            f"the stead database {path!r} has a schema stead did not create ({'; '.join(parts)}); "
+            "it was modified outside stead, so it is not opened. Restore a backup, or remove "
+            "what was added if you know why it is there"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,22 +168,32 @@ class SqliteStore:
     ``fsync="barriers"`` (default) flushes the disk before a ``manual`` or ``idempotent``
     operation runs, after its result, and before anything is acknowledged to a caller;
     ``fsync="always"`` flushes every commit.
+
+    ``busy_timeout`` is how long (seconds) a write waits for a lock held by another process
+    (the event loop keeps running meanwhile); past it the store fails with
+    :class:`StorageError`.
     """
 
     #: The transaction class; a test can substitute a subclass that injects faults.
     tx_class: type[SqliteTx] = SqliteTx
+    #: What the writer treats as a failure of the storage itself (it poisons the runtime).
+    storage_errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, MemoryError)
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         fsync: FsyncMode = "barriers",
-        busy_timeout: float = 5.0,
+        busy_timeout: float = 30.0,
         clock: Clock | None = None,
     ) -> None:
         if fsync not in ("barriers", "always"):
             raise ValidationError(f"fsync must be 'barriers' or 'always', not {fsync!r}")
-        if not isinstance(busy_timeout, int | float) or busy_timeout < 0:
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not 0 <= busy_timeout < float("inf")
+        ):
             raise ValidationError(
                 f"busy_timeout must be a number of seconds >= 0, not {busy_timeout!r}"
             )
@@ -135,8 +217,10 @@ class SqliteStore:
         self._token: str | None = None
         self._checkpointer: _Checkpointer | None = None
         self._wal_fd: int | None = None
+        self._lock_fd: int | None = None
         self._next_sequence = 1
         self._reserved_through = 0
+        self._reserving: int | None = None
         self.open_info: OpenInfo | None = None
 
     def __repr__(self) -> str:
@@ -150,6 +234,7 @@ class SqliteStore:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA trusted_schema = OFF")
             conn.execute("PRAGMA foreign_keys = ON")
             mode = "wal" if self.memory else conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except BaseException:
@@ -175,24 +260,28 @@ class SqliteStore:
             raise OwnershipError(
                 f"{self!r} is already open in this process; use one Runtime per store"
             )
+        lock_fd = None if self.memory else self._lock()
         try:
-            conn = self._connect()
-        except sqlite3.Error as exc:
-            raise StorageError(
-                f"cannot open the stead database {self.path!r}: {exc}; check that the file and "
-                "its folder are writable by this process and the disk has room"
-            ) from exc
-        try:
-            info = self._acquire(conn)
-        except sqlite3.Error as exc:
-            conn.close()
-            raise StorageError(
-                f"cannot take ownership of the stead database {self.path!r}: {exc}; check that "
-                "the file and its folder are writable by this process and the disk has room"
-            ) from exc
+            try:
+                conn = self._connect()
+            except sqlite3.Error as exc:
+                raise self._open_error("cannot open", exc) from exc
+            try:
+                info = self._acquire(conn)
+            except sqlite3.Error as exc:
+                conn.close()
+                raise self._open_error("cannot take ownership of", exc) from exc
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
-            conn.close()
+            if lock_fd is not None:
+                os.close(lock_fd)
             raise
+        self._lock_fd = lock_fd
+        # Writes never wait inside SQLite for another process's lock (that would block the
+        # event loop): the writer retries a busy database itself, up to busy_timeout.
+        conn.execute("PRAGMA busy_timeout = 0")
         sync: Callable[[], None] | None = None
         if not self.memory:
             # Commits reach the WAL without an fsync (a process crash never loses them); the
@@ -215,6 +304,61 @@ class SqliteStore:
             self._checkpointer = _Checkpointer(self.path, self.busy_timeout)
         self.open_info = info
         return info
+
+    def _open_error(self, what: str, exc: sqlite3.Error) -> StorageError:
+        if _error_code(exc) == _SQLITE_NOTADB or "not a database" in str(exc):
+            return StorageError(
+                f"{self.path!r} is not a SQLite database (or is encrypted or damaged): {exc}; "
+                "give stead a path of its own for a new database, or restore a backup"
+            )
+        if _is_busy(exc):
+            return StorageError(
+                f"{what} the stead database {self.path!r}: another process held it locked for "
+                f"more than busy_timeout ({self.busy_timeout:g}s); stop it or raise busy_timeout"
+            )
+        return StorageError(
+            f"{what} the stead database {self.path!r}: {exc}; check that the file and its "
+            "folder are writable by this process and the disk has room"
+        )
+
+    def _lock(self) -> int:
+        """Take the owner's lock: an exclusive ``flock`` on the database file, released by the
+        kernel when this process dies. Returns its file descriptor, the store's identity."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot open the stead database {self.path!r}: {exc.strerror}; check that the "
+                "file and its folder are readable and writable by this process"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StorageError(
+                    f"cannot lock the stead database {self.path!r}: {exc.strerror}; the "
+                    "filesystem must support flock (a local disk does)"
+                ) from exc
+            raise OwnershipError(
+                f"the stead database {self.path!r} is owned by a live runtime{self._owner()}; "
+                "close that runtime (or use its inbox commands) and try again"
+            ) from None
+        return fd
+
+    def _owner(self) -> str:
+        """Who the owner row names (best effort, for the error message)."""
+        with contextlib.suppress(sqlite3.Error, TypeError):
+            conn = sqlite3.connect(
+                f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True, timeout=1.0
+            )
+            try:
+                row = conn.execute("SELECT owner_pid, owner_host FROM stead_meta").fetchone()
+            finally:
+                conn.close()
+            if row is not None and row[0] is not None:
+                return f": pid {row[0]} on host {row[1]!r}"
+        return ""
 
     def _acquire(self, conn: sqlite3.Connection) -> OpenInfo:
         try:
@@ -239,6 +383,7 @@ class SqliteStore:
                 if number > version:
                     for statement in _statements(script):
                         conn.execute(statement)
+            _verify_schema(conn, self.path)
             if version == 0:
                 conn.execute(
                     "INSERT INTO stead_meta (singleton, schema_version) VALUES (1, ?)",
@@ -254,19 +399,14 @@ class SqliteStore:
             this_host, this_boot = socket.gethostname(), boot_id()
             crashed = False
             if token is not None:
-                if host != this_host:
+                if host != this_host and not self.memory:
+                    # A lock taken over a network filesystem may not reach the other host.
                     raise OwnershipError(
                         f"the stead database {self.path!r} is owned by pid {pid} on host "
                         f"{host!r}; stop that runtime first (a runtime on another host can't be "
                         "checked for liveness, so it is never replaced automatically)"
                     )
-                stale_here = pid == os.getpid() and token not in _LIVE_TOKENS
-                if not stale_here and (pid == os.getpid() or _pid_alive(pid)):
-                    raise OwnershipError(
-                        f"the stead database {self.path!r} is owned by a live runtime: pid {pid} "
-                        f"on host {host!r}; close that runtime (or use its inbox commands) and "
-                        "try again"
-                    )
+                # We hold the owner's lock, so whoever the row names is gone.
                 crashed = True
             max_seq = conn.execute(
                 "SELECT COALESCE(MAX(sequence), 0) FROM stead_events"
@@ -297,7 +437,6 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        _LIVE_TOKENS.add(self._token)
         return OpenInfo(previous_owner_crashed=crashed, next_sequence=next_sequence)
 
     @staticmethod
@@ -333,9 +472,33 @@ class SqliteStore:
         )
 
     def _sync_wal(self) -> None:
-        """Flush the WAL to disk: every commit so far becomes durable (runs on a thread)."""
+        """Flush the WAL to disk: every commit so far becomes durable (runs on a thread); then
+        check that the path still names the files written to."""
         if self._wal_fd is not None:
             os.fdatasync(self._wal_fd)
+            self.check_identity()
+
+    def check_identity(self) -> None:
+        """Raise :class:`StorageError` if the database or its WAL at ``path`` is no longer the
+        file this store writes (deleted, or replaced by another file)."""
+        for fd, path in ((self._lock_fd, self.path), (self._wal_fd, f"{self.path}-wal")):
+            if fd is None:
+                continue
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                what = "was deleted"
+            else:
+                held = os.fstat(fd)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    continue
+                what = "was replaced by another file"
+            raise StorageError(
+                f"the stead database file {path!r} {what} while this runtime was writing it; "
+                "work since then is not in the file at that path and nothing more is "
+                "acknowledged. Close this runtime, find out what moved the file, and reopen "
+                "(restore the right file first if needed)"
+            )
 
     async def aclose(self) -> None:
         """Commit and flush what is queued, give up ownership and close."""
@@ -354,8 +517,6 @@ class SqliteStore:
         if self._wal_fd is not None:
             os.close(self._wal_fd)
             self._wal_fd = None
-        if self._token is not None:
-            _LIVE_TOKENS.discard(self._token)
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -379,6 +540,9 @@ class SqliteStore:
         finally:
             conn.close()
             self._conn = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
+                self._lock_fd = None
 
     # -- the writer's backend ----------------------------------------------------------------
 
@@ -388,7 +552,7 @@ class SqliteStore:
         # Sequences are reserved durably ahead of use; when fewer than half the reservation is
         # left, this commit extends it and so must reach the disk.
         extend = self._next_sequence > self._reserved_through - SEQUENCE_RESERVATION // 2
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")  # busy: raised at once, the writer tries again later
         token = conn.execute("SELECT owner_token FROM stead_meta").fetchone()
         if token is None or token[0] != self._token:
             conn.execute("ROLLBACK")
@@ -396,12 +560,15 @@ class SqliteStore:
                 f"this runtime no longer owns {self.path!r} (another process "
                 "replaced it); nothing was written. Close this runtime."
             )
+        self._reserving = None
         if extend:
-            self._reserved_through = self._next_sequence - 1 + SEQUENCE_RESERVATION
-            conn.execute(
-                "UPDATE stead_meta SET sequence_reserved_through = ?", (self._reserved_through,)
-            )
+            self._reserving = self._next_sequence - 1 + SEQUENCE_RESERVATION
+            conn.execute("UPDATE stead_meta SET sequence_reserved_through = ?", (self._reserving,))
         return self.tx_class(conn, self.clock, self._next_sequence, extend)
+
+    def busy(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means another process holds the database locked."""
+        return _is_busy(exc)
 
     def savepoint(self, tx: SqliteTx) -> None:
         tx.savepoint()
@@ -418,6 +585,8 @@ class SqliteStore:
         assert conn is not None
         conn.execute("COMMIT")
         self._next_sequence = tx.next_sequence
+        if self._reserving is not None:
+            self._reserved_through, self._reserving = self._reserving, None
         if self._checkpointer is not None:
             self._checkpointer.nudge()
         return tx.events, tx.durable
@@ -445,17 +614,23 @@ def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
             "file (stead demo creates stead-demo.db)"
         )
     conn = sqlite3.connect(
-        f"file:{Path(text).resolve()}?mode=ro",
+        f"{Path(text).resolve().as_uri()}?mode=ro",  # as_uri escapes '#', '%' and '?'
         uri=True,
         isolation_level=None,
         check_same_thread=False,
     )
-    conn.execute("PRAGMA busy_timeout = 5000")
     try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("PRAGMA trusted_schema = OFF")
         version = SqliteStore._schema_version(conn)
+        if version == SCHEMA_VERSION:
+            _verify_schema(conn, text)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise ValidationError(f"{text!r} is not a stead database ({exc})") from exc
+    except BaseException:
+        conn.close()
+        raise
     if version == 0:
         conn.close()
         raise ValidationError(f"{text!r} holds no stead journal")
@@ -477,6 +652,7 @@ class _Checkpointer:
         self._conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
         )
+        self._conn.execute("PRAGMA trusted_schema = OFF")
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(

@@ -412,12 +412,12 @@ class SqliteTx:
             (run_id, key),
         )
 
-    def reset_attempts(self, run_id: str, kind: str) -> None:
-        """Give interrupted operations of a kind a fresh attempt budget (on retry)."""
+    def reset_attempts(self, run_id: str) -> None:
+        """Give the interrupted operations of a run a fresh attempt budget (on retry)."""
         self.conn.execute(
             "UPDATE stead_operations SET attempt_base = attempts "
-            "WHERE run_id = ? AND kind = ? AND status = 'started'",
-            (run_id, kind),
+            "WHERE run_id = ? AND status = 'started'",
+            (run_id,),
         )
 
     # -- interactions ------------------------------------------------------------------------
