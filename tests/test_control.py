@@ -72,7 +72,7 @@ async def test_retry_after_from_the_provider_is_honoured(db: str) -> None:
         id="a",
         version="1",
         model=_flaky(1, retry_after=42.0),
-        model_retry=stead.Retry(max_attempts=2, initial_delay=1, max_delay=2),
+        model_retry=stead.Retry(max_attempts=2, initial_delay=1, max_delay=60),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")

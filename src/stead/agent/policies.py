@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,8 +18,12 @@ def _positive(
     if value is None and optional:
         return
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        kind = "integer" if integer else "number"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not 0 < value < math.inf  # NaN and infinity are refused too
+    ):
+        kind = "integer" if integer else "finite number"
         raise ValidationError(f"{owner}.{name} must be a positive {kind}, got {value!r}")
 
 
@@ -26,7 +31,7 @@ def _positive(
 class Retry:
     """How a failing model call is retried: up to ``max_attempts`` calls in all, waiting an
     exponentially growing, jittered delay (seconds) between them, or the provider's
-    ``Retry-After`` when it gives one. Only retryable failures are retried: rate limits,
+    ``Retry-After`` when it gives one (capped at ``max_delay``). Only retryable failures are retried: rate limits,
     overload, network errors (``ModelError.retryable``); others fail the run at once.
 
     Attempts are persisted before each call, so a crash uses one up, and the wait survives a
@@ -44,9 +49,10 @@ class Retry:
             raise ValidationError("Retry.max_delay must be at least Retry.initial_delay")
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        if retry_after is not None and retry_after >= 0:
-            return float(retry_after)
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): the provider's
+        ``retry_after`` when it gave a usable one, never more than ``max_delay``."""
+        if retry_after is not None and 0 <= retry_after:  # NaN fails this test
+            return min(float(retry_after), self.max_delay)
         ceiling = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
         return jitter(ceiling / 2, ceiling)  # "equal jitter": never less than half the step
 

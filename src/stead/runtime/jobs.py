@@ -142,10 +142,14 @@ def respond_job(tx: SqliteTx, *, interaction_id: str, answer: JSON, response_typ
         )
     run = tx.get_run(interaction.run_id)
     assert run is not None
-    if run.status not in (RunStatus.WAITING, RunStatus.RUNNING):
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
         raise ConflictError(
-            f"run {run.id} is {run.status.value}, not waiting for interaction {interaction_id}"
+            f"run {run.id} already ended {run.status.value}; interaction {interaction_id} "
+            "can no longer be answered"
         )
+    # Whatever the approval queue shows can be answered: the decision is recorded now and
+    # applies when the run continues (a needs_attention or failed run, once it is resolved
+    # or retried).
     tx.resolve_interaction(interaction_id, answer)
     tx.append_event(
         run.id,

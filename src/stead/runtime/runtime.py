@@ -378,7 +378,12 @@ class Runtime:
                 ) from None
         before: int | None = None
         if after is not None:
-            if not isinstance(after, str) or not after.isdigit():
+            if (
+                not isinstance(after, str)
+                or not after.isascii()
+                or not after.isdigit()
+                or len(after) > 18
+            ):
                 raise ValidationError(f"after must be a cursor from a previous page, got {after!r}")
             before = int(after)
         runs = await self.store.submit(
@@ -800,7 +805,7 @@ class Runtime:
 
     async def _events(self, run_id: str, after: int) -> AsyncIterator[Event]:
         self._check()
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
             raise ValidationError(f"after must be an event sequence >= 0, got {after!r}")
         await self._read_run(run_id)
         queue: asyncio.Queue[Event] = asyncio.Queue()
