@@ -280,7 +280,7 @@ async def test_a_deleted_or_replaced_database_is_never_acknowledged_into(
             os.unlink(db)
         else:
             os.replace(tmp_path / "other.db", db)
-        with pytest.raises(stead.StorageError, match="(deleted|replaced)"):
+        with pytest.raises(stead.StorageError, match=r"(deleted|replaced)"):
             await runtime.submit("a", session_id="s2", request_id="r2", prompt="hi")
         with pytest.raises(stead.StorageError):
             await runtime.submit("a", session_id="s3", request_id="r3", prompt="hi")

@@ -31,8 +31,9 @@ def _positive(
 class Retry:
     """How a failing model call is retried: up to ``max_attempts`` calls in all, waiting an
     exponentially growing, jittered delay (seconds) between them, or the provider's
-    ``Retry-After`` when it gives one (capped at ``max_delay``). Only retryable failures are retried: rate limits,
-    overload, network errors (``ModelError.retryable``); others fail the run at once.
+    ``Retry-After`` when it gives one (capped at ``max_delay``). Only retryable failures are
+    retried: rate limits, overload, network errors (``ModelError.retryable``); others fail the
+    run at once.
 
     Attempts are persisted before each call, so a crash uses one up, and the wait survives a
     restart (the run is ``retry_wait`` with ``next_attempt_at``)."""
@@ -51,7 +52,7 @@ class Retry:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based): the provider's
         ``retry_after`` when it gave a usable one, never more than ``max_delay``."""
-        if retry_after is not None and 0 <= retry_after:  # NaN fails this test
+        if retry_after is not None and retry_after >= 0:  # NaN fails this test
             return min(float(retry_after), self.max_delay)
         ceiling = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
         return jitter(ceiling / 2, ceiling)  # "equal jitter": never less than half the step
