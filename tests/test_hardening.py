@@ -562,3 +562,40 @@ def test_the_cli_reads_databases_whose_names_look_like_uri_syntax(
 def test_tool_max_attempts_is_validated() -> None:
     with pytest.raises(stead.ValidationError, match="max_attempts"):
         stead.tool(recovery="safe", max_attempts=0)(lambda: None)
+
+
+# -- 6. no credential in the journal ------------------------------------------------------------
+
+
+async def test_no_credential_reaches_the_journal(tmp_path: Path) -> None:
+    openai = pytest.importorskip("openai")
+    try:  # openai>=3 runs on httpx2; older releases on httpx
+        import httpx2 as httpx
+    except ImportError:  # pragma: no cover
+        import httpx  # type: ignore[no-redef]
+    from stead.models.openai import OpenAIModel
+
+    key = "sk-proj-CONFIGUREDKEY1234567890"
+    base_url = "http://gw-user:GATEWAYSECRET99@gateway.local/v1?api-key=QUERYSECRET77"
+
+    def server(request: Any) -> Any:
+        message = f"Incorrect API key provided: {key}. Also tried sk-OTHERKEY0987654321abcd."
+        return httpx.Response(401, json={"error": {"message": message, "type": "invalid"}})
+
+    client = openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(server)),
+    )
+    model = OpenAIModel("gpt-4.1-mini", api_key=key, base_url=base_url, client=client)
+    agent = stead.Agent(id="a", version="1", model=model)
+    db = tmp_path / "stead.db"
+    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        record = await _settle(run, (stead.RunStatus.FAILED,))
+        events = [event async for event in run.events()]
+    assert "401" in record.error["reason"]
+    text = "".join(path.read_bytes().decode("utf-8", "replace") for path in tmp_path.iterdir())
+    text += repr(record) + repr(events) + repr(model)
+    for secret in ("CONFIGUREDKEY", "GATEWAYSECRET", "QUERYSECRET", "OTHERKEY", "gw-user"):
+        assert secret not in text, secret

@@ -40,6 +40,7 @@ from ..messages import (
     message_to_json,
 )
 from ..models import model_id
+from ..models._redact import redact
 from ..models.pricing import Price
 from ..runtime.control import Blocked, Failed, RetryLater, Stop, Waiting
 from ..runtime.journal import RunJournal, write_messages
@@ -272,7 +273,8 @@ def _attempt_base(journal: RunJournal, key: str) -> int:
 
 
 def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop:
-    detail = f"{type(exc).__name__}: {exc}"
+    # Provider adapters redact their own errors; this catches key-shaped text from any model.
+    detail = redact(f"{type(exc).__name__}: {exc}")
     retryable = (
         exc.retryable if isinstance(exc, ModelError) else isinstance(exc, OSError | TimeoutError)
     )

@@ -15,6 +15,7 @@ from typing import Any
 from .._json import JSON, storable_text
 from ..errors import ValidationError
 from ..messages import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
+from ..models._redact import redact
 from ..runtime.journal import RunJournal
 from ..store.sqlite_tx import SqliteTx
 
@@ -126,7 +127,7 @@ async def stream_response(
             "key": key,
             "attempt": attempt,
             "attempt_id": attempt_id,
-            "error": storable_text(f"{type(exc).__name__}: {exc}"),
+            "error": storable_text(redact(f"{type(exc).__name__}: {exc}")),
         }
         journal.write(lambda tx: _append(tx, run_id, "model_attempt_failed", failed))
         raise

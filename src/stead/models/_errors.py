@@ -6,6 +6,11 @@ a timeout. The adapters catch their SDK's classes and hand the parts to :func:`s
 :func:`connection_error` here, so the retry policy is decided in one place and this module
 imports neither SDK (it must load when the extras are not installed).
 
+Every message built here goes through :func:`stead.models._redact.redact` with the ``secrets``
+the adapter passes (its API key, the parts of its base URL that hold credentials): providers
+echo keys in their error bodies ("Incorrect API key provided: sk-..."), and the text of a
+:class:`ModelError` is what the journal records as the run's error.
+
 The policy mirrors the SDKs' own retry rules, because stead turns the SDK retries off and does
 its own (journaled, honouring ``retry_after``): 408, 409, 429 and every 5xx (529 is Anthropic's
 "overloaded") are retryable, as are connection failures and timeouts; a ``x-should-retry``
@@ -18,13 +23,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from .._clock import SystemClock
 from ..errors import ModelError, SteadError
+from ._redact import redact
 
 __all__ = [
     "MissingExtraError",
@@ -95,12 +101,13 @@ def status_error(
     body: object,
     fallback_message: str,
     headers: Mapping[str, str],
+    secrets: Iterable[str] = (),
 ) -> ModelError:
     """The :class:`ModelError` for an error response (or an error event inside a stream).
 
     ``body`` is the provider's decoded JSON error (the whole body or its ``error`` member);
-    its ``message`` is kept verbatim in the error text, ``fallback_message`` is used when the
-    body has none.
+    its ``message`` is kept in the error text, ``fallback_message`` is used when the body has
+    none. The text is redacted: ``secrets`` and key-shaped tokens become ``[redacted]``.
     """
     message, error_type, error_code = _error_detail(body)
     detail = message or fallback_message
@@ -141,7 +148,7 @@ def status_error(
             "messages and settings sent to the model."
         )
     return ModelError(
-        text,
+        redact(text, secrets),
         provider=provider,
         status_code=status_code if status_code and status_code >= 400 else None,
         retryable=retryable,
@@ -149,8 +156,10 @@ def status_error(
     )
 
 
-def connection_error(*, provider: str, model: str, detail: str, timed_out: bool) -> ModelError:
-    """The retryable :class:`ModelError` for a request that got no response."""
+def connection_error(
+    *, provider: str, model: str, detail: str, timed_out: bool, secrets: Iterable[str] = ()
+) -> ModelError:
+    """The retryable :class:`ModelError` for a request that got no response (text redacted)."""
     if timed_out:
         what = f"the request to {provider} ({model}) timed out: {detail}"
         todo = "raise the timeout in settings= if responses are legitimately slow"
@@ -158,7 +167,10 @@ def connection_error(*, provider: str, model: str, detail: str, timed_out: bool)
         what = f"the connection to {provider} ({model}) failed: {detail}"
         todo = "check the network and base_url"
     return ModelError(
-        f"{what}. Retryable: the agent's model_retry policy applies; if it persists, {todo}.",
+        redact(
+            f"{what}. Retryable: the agent's model_retry policy applies; if it persists, {todo}.",
+            secrets,
+        ),
         provider=provider,
         retryable=True,
     )
@@ -178,11 +190,14 @@ def is_transport_error(exc: BaseException) -> bool:
     return False
 
 
-def parse_arguments(raw: str, *, tool: str, provider: str, model: str) -> dict[str, Any]:
+def parse_arguments(
+    raw: str, *, tool: str, provider: str, model: str, secrets: Iterable[str] = ()
+) -> dict[str, Any]:
     """The JSON object a model produced as a tool call's arguments (``""`` means no arguments).
 
-    Malformed JSON is a provider failure, raised as a retryable :class:`ModelError`: nothing
-    was committed, and asking again usually gives well-formed arguments.
+    Malformed JSON is a provider failure, raised as a retryable :class:`ModelError` (its text,
+    which quotes the arguments, redacted): nothing was committed, and asking again usually
+    gives well-formed arguments.
     """
     if not raw.strip():
         return {}
@@ -196,9 +211,12 @@ def parse_arguments(raw: str, *, tool: str, provider: str, model: str) -> dict[s
         problem = f"are a JSON {type(value).__name__}, not an object"
     shown = raw if len(raw) <= 200 else raw[:200] + "..."
     raise ModelError(
-        f"{provider} ({model}) returned arguments for tool {tool!r} that {problem}: "
-        f"{shown!r}. Retryable: the agent's model_retry policy applies; if it persists, "
-        "simplify the tool's parameter schema.",
+        redact(
+            f"{provider} ({model}) returned arguments for tool {tool!r} that {problem}: "
+            f"{shown!r}. Retryable: the agent's model_retry policy applies; if it persists, "
+            "simplify the tool's parameter schema.",
+            secrets,
+        ),
         provider=provider,
         retryable=True,
     )

@@ -9,6 +9,12 @@ As with :mod:`stead.models.openai`, the SDK's own retries are off (stead retries
 and every call carries an explicit timeout (:data:`DEFAULT_TIMEOUT` or
 ``settings={"timeout": ...}``). Thinking blocks are not kept in the provider-neutral history,
 so extended thinking combined with tool use is not supported yet.
+
+Credentials never reach the journal: the model id is ``anthropic:<model>`` whatever the
+``base_url``, and every error text is redacted (:func:`~stead.models._redact.redact`) of the API
+key or auth token (passed, or found by the SDK in the environment), of the userinfo and query
+values of the base URL (which the SDK still receives whole) and of key-shaped tokens such as
+``sk-ant-...`` that a provider echoes back.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from ._errors import (
     parse_arguments,
     status_error,
 )
+from ._redact import public_url, redact, url_secrets
 
 try:
     import anthropic
@@ -113,7 +120,10 @@ class AnthropicModel:
         self.max_tokens = max_tokens
         self.settings = settings
         self._api_key = api_key
+        self._secrets: tuple[str, ...] = (*((api_key,) if api_key else ()), *url_secrets(base_url))
         self._client = client.with_options(max_retries=0) if client is not None else None
+        if self._client is not None:
+            self._remember(self._client)
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model_id!r})"
@@ -154,7 +164,11 @@ class AnthropicModel:
             if not is_transport_error(exc):
                 raise
             raise connection_error(
-                provider=self.provider, model=self.model, detail=str(exc), timed_out=False
+                provider=self.provider,
+                model=self.model,
+                detail=str(exc),
+                timed_out=False,
+                secrets=self._secrets,
             ) from exc
         yield assembly.response()
 
@@ -169,16 +183,40 @@ class AnthropicModel:
                 )
             except anthropic.AnthropicError as exc:
                 raise self._no_client(str(exc)) from exc
+            except Exception as exc:  # an invalid base_url: its text may quote the URL
+                raise self._no_client(
+                    f"the SDK refused the settings ({type(exc).__name__}; the message is not "
+                    "shown because it may quote a credential); check base_url: a user name or "
+                    "password in it must be percent-encoded"
+                ) from exc
             has_credentials = getattr(client, "credentials", None) is not None
             if client.api_key is None and client.auth_token is None and not has_credentials:
                 raise self._no_client("no API key was given")
             self._client = client
+            self._remember(client)
         return self._client
 
+    def _remember(self, client: anthropic.AsyncAnthropic) -> None:
+        """Add the client's own key, token and base URL (possibly from the environment) to
+        the secrets redacted from error texts."""
+        found = [
+            getattr(client, "api_key", None),
+            getattr(client, "auth_token", None),
+            *url_secrets(str(client.base_url)),
+        ]
+        known = set(self._secrets)
+        self._secrets += tuple(
+            secret for secret in found if isinstance(secret, str) and secret not in known
+        )
+
     def _no_client(self, reason: str) -> ModelError:
+        where = f" at {public_url(self.base_url)}" if self.base_url else ""
         return ModelError(
-            f"cannot create the Anthropic client for {self.model_id}: {reason}. "
-            f"Set {_KEY_ENV} or pass api_key=...",
+            redact(
+                f"cannot create the Anthropic client for {self.model_id}{where}: {reason}. "
+                f"Set {_KEY_ENV} or pass api_key=...",
+                self._secrets,
+            ),
             provider=self.provider,
         )
 
@@ -191,7 +229,13 @@ class AnthropicModel:
         return extra
 
     def _call(self, call_id: str, name: str, arguments: str) -> ToolCall:
-        parsed = parse_arguments(arguments, tool=name, provider=self.provider, model=self.model)
+        parsed = parse_arguments(
+            arguments,
+            tool=name,
+            provider=self.provider,
+            model=self.model,
+            secrets=self._secrets,
+        )
         return ToolCall(name=name, arguments=parsed, id=call_id)
 
     def _error(self, exc: anthropic.APIError) -> ModelError:
@@ -201,6 +245,7 @@ class AnthropicModel:
                 model=self.model,
                 detail=exc.message,
                 timed_out=isinstance(exc, anthropic.APITimeoutError),
+                secrets=self._secrets,
             )
         response = exc.response if isinstance(exc, anthropic.APIStatusError) else None
         return status_error(
@@ -211,6 +256,7 @@ class AnthropicModel:
             body=exc.body,
             fallback_message=exc.message,
             headers=response.headers if response is not None else {},
+            secrets=self._secrets,
         )
 
 

@@ -3,7 +3,16 @@
 Built on the official ``openai`` SDK (``pip install 'stead[openai]'``). Passing ``base_url``
 points it at vLLM, Ollama, llama.cpp, LM Studio, OpenRouter or any other server that speaks the
 Chat Completions wire format; the model is then journaled as
-``openai-compatible:<model>@<base_url>``.
+``openai-compatible:<model>@<public base_url>``.
+
+Credentials never reach the journal. A gateway key in the base URL's userinfo
+(``http://user:KEY@gateway/v1``) or query string (``?api-key=KEY``) is given to the SDK, so the
+gateway receives it, but the model id, the repr and every error text show the base URL without
+userinfo, query or fragment (:func:`~stead.models._redact.public_url`; a key-shaped token in
+its path, such as ``/sk-.../``, is redacted there too, so such an id no longer resolves to a
+working model: pass the model object again on resume); error texts are also
+redacted of the API key (passed, or found by the SDK in ``OPENAI_API_KEY``), of those URL parts
+and of key-shaped tokens a provider echoes back (:func:`~stead.models._redact.redact`).
 
 The SDK's own retries are turned off (``max_retries=0``), even on a client you pass in: stead
 retries model calls itself, journaled and honouring ``retry_after``, and two retry layers would
@@ -38,6 +47,7 @@ from ._errors import (
     parse_arguments,
     status_error,
 )
+from ._redact import public_url, redact, url_secrets
 
 try:
     import openai
@@ -72,6 +82,9 @@ class OpenAIModel:
     ``max_completion_tokens``, ``reasoning_effort``, ``parallel_tool_calls``...), except the
     per-call options ``timeout``, ``extra_headers`` and ``extra_query``. The client is created
     on first use, so resolving a model (or replaying a finished run) needs no API key.
+
+    ``base_url`` is kept as given (credentials included) and given to the SDK; ``model_id``,
+    ``repr`` and error texts use it without userinfo, query and fragment.
     """
 
     def __init__(
@@ -96,11 +109,15 @@ class OpenAIModel:
         self.base_url = base_url
         self.settings = settings
         self._api_key = api_key
+        self._secrets: tuple[str, ...] = (*((api_key,) if api_key else ()), *url_secrets(base_url))
         self._client = client.with_options(max_retries=0) if client is not None else None
+        if self._client is not None:
+            self._remember(self._client)
         if base_url:
+            shown = redact(public_url(base_url), self._secrets)
             self.provider = "openai-compatible"
-            self.model_id = f"openai-compatible:{model}@{base_url}"
-            self._label = f"{model}@{base_url}"
+            self.model_id = f"openai-compatible:{model}@{shown}"
+            self._label = f"{model}@{shown}"
         else:
             self.provider = "openai"
             self.model_id = f"openai:{model}"
@@ -142,7 +159,11 @@ class OpenAIModel:
             if not is_transport_error(exc):
                 raise
             raise connection_error(
-                provider=self.provider, model=self._label, detail=str(exc), timed_out=False
+                provider=self.provider,
+                model=self._label,
+                detail=str(exc),
+                timed_out=False,
+                secrets=self._secrets,
             ) from exc
         yield assembly.response()
 
@@ -157,11 +178,32 @@ class OpenAIModel:
                 )
             except openai.OpenAIError as exc:
                 raise ModelError(
-                    f"cannot create the OpenAI client for {self.model_id}: {exc}. "
-                    f"Set {_KEY_ENV} or pass api_key=...",
+                    redact(
+                        f"cannot create the OpenAI client for {self.model_id}: {exc}. "
+                        f"Set {_KEY_ENV} or pass api_key=...",
+                        self._secrets,
+                    ),
                     provider=self.provider,
                 ) from exc
+            except Exception as exc:  # an invalid base_url: its text may quote the URL
+                raise ModelError(
+                    f"cannot create the OpenAI client for {self.model_id}: the SDK refused "
+                    f"the settings ({type(exc).__name__}; the message is not shown because it "
+                    "may quote a credential). Check base_url: a user name or password in it "
+                    "must be percent-encoded.",
+                    provider=self.provider,
+                ) from exc
+            self._remember(self._client)
         return self._client
+
+    def _remember(self, client: openai.AsyncOpenAI) -> None:
+        """Add the client's own key and base URL (possibly from the environment) to the
+        secrets redacted from error texts."""
+        found = [getattr(client, "api_key", None), *url_secrets(str(client.base_url))]
+        known = set(self._secrets)
+        self._secrets += tuple(
+            secret for secret in found if isinstance(secret, str) and secret not in known
+        )
 
     def _extra(self, request: ModelRequest) -> dict[str, Any]:
         extra = _call_options(self.settings)
@@ -172,8 +214,11 @@ class OpenAIModel:
     def _response(self, completion: ChatCompletion) -> ModelResponse:
         if not completion.choices:
             raise ModelError(
-                f"{self.provider} ({self._label}) returned a completion without choices. "
-                "Not retryable; check that the server implements Chat Completions.",
+                redact(
+                    f"{self.provider} ({self._label}) returned a completion without choices. "
+                    "Not retryable; check that the server implements Chat Completions.",
+                    self._secrets,
+                ),
                 provider=self.provider,
             )
         choice = completion.choices[0]
@@ -192,7 +237,13 @@ class OpenAIModel:
         )
 
     def _call(self, call_id: str | None, name: str, arguments: str) -> ToolCall:
-        parsed = parse_arguments(arguments, tool=name, provider=self.provider, model=self._label)
+        parsed = parse_arguments(
+            arguments,
+            tool=name,
+            provider=self.provider,
+            model=self._label,
+            secrets=self._secrets,
+        )
         return ToolCall(name=name, arguments=parsed, id=call_id)
 
     def _error(self, exc: openai.APIError) -> ModelError:
@@ -202,6 +253,7 @@ class OpenAIModel:
                 model=self._label,
                 detail=exc.message,
                 timed_out=isinstance(exc, openai.APITimeoutError),
+                secrets=self._secrets,
             )
         response = exc.response if isinstance(exc, openai.APIStatusError) else None
         return status_error(
@@ -212,6 +264,7 @@ class OpenAIModel:
             body=exc.body,
             fallback_message=exc.message,
             headers=response.headers if response is not None else {},
+            secrets=self._secrets,
         )
 
 
