@@ -44,7 +44,7 @@ async def test_retry_wait_survives_a_restart_and_fires_at_its_time(db: str) -> N
         id="a",
         version="1",
         model=model,
-        model_retry=stead.Retry(max_attempts=3, initial_delay=10, max_delay=60),
+        model_retry=stead.RetryPolicy(max_attempts=3, initial_delay=10, max_delay=60),
     )
     app = stead.App(agents=[agent])
     async with await app.open(stead.SqliteStore(db, clock=clock)) as runtime:
@@ -72,7 +72,7 @@ async def test_retry_after_from_the_provider_is_honoured(db: str) -> None:
         id="a",
         version="1",
         model=_flaky(1, retry_after=42.0),
-        model_retry=stead.Retry(max_attempts=2, initial_delay=1, max_delay=60),
+        model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=1, max_delay=60),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
@@ -90,7 +90,7 @@ async def test_exhausted_attempts_fail_the_run_and_retry_continues(db: str) -> N
         id="a",
         version="1",
         model=model,
-        model_retry=stead.Retry(max_attempts=2, initial_delay=1, max_delay=1),
+        model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
@@ -323,7 +323,7 @@ async def test_cost_per_response_and_per_run_with_an_overridable_price_table(db:
         await run.result()
         events = [e async for e in run.events()]
         checkpoint = (await run.snapshot()).checkpoint
-    (completed,) = [e for e in events if e.type == "model_completed"]
+    (completed,) = [e for e in events if e.kind == "model_completed"]
     assert completed.data["cost_usd"] == 6.0  # 1M input at $2 + 0.5M output at $8
     assert checkpoint.cost_usd == 6.0
 

@@ -127,7 +127,7 @@ async def test_disk_full_on_a_tool_result(db: str, recovery: str) -> None:
                     break
                 await asyncio.sleep(0.01)
             record = await handle.run()
-            assert record.blocked_operation == "tool:1:p"
+            assert record.attention_key == "tool:1:p"
             assert ledger == [f"{run.id}/tool:1:p"]  # manual: nothing runs again
 
 

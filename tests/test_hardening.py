@@ -59,7 +59,7 @@ async def test_a_response_that_cannot_be_journaled_is_a_retryable_model_failure(
         id="a",
         version="1",
         model=model,
-        model_retry=stead.Retry(max_attempts=2, initial_delay=0.01, max_delay=0.01),
+        model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.01),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
@@ -123,7 +123,7 @@ async def test_an_openai_answer_holding_half_an_emoji_is_retried_then_fails(db: 
         id="a",
         version="1",
         model=OpenAIModel("gpt-4.1-mini", client=client),
-        model_retry=stead.Retry(max_attempts=3, initial_delay=0.01, max_delay=0.01),
+        model_retry=stead.RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.01),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
@@ -173,7 +173,7 @@ async def test_a_side_effect_returning_unstorable_text_needs_attention_once(
         await asyncio.sleep(0.1)
         assert runtime.health()["ok"]
     assert record.status is stead.RunStatus.NEEDS_ATTENTION
-    assert record.blocked_operation == "tool:1:c1"
+    assert record.attention_key == "tool:1:c1"
     assert runs == [1]
 
 
@@ -225,7 +225,7 @@ async def test_an_unexpected_exception_during_a_side_effect_names_it(
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         record = await _settle(run)
     assert record.status is stead.RunStatus.NEEDS_ATTENTION
-    assert record.blocked_operation == "tool:1:c1"
+    assert record.attention_key == "tool:1:c1"
     assert "its effect may have happened" in record.error["reason"]
     assert runs == [1]
 
@@ -389,7 +389,7 @@ async def test_an_approval_of_a_needs_attention_run_is_recorded_and_applies_late
         run = runtime.get_run(run.id)
         record = await _settle(run)
         assert record.status is stead.RunStatus.NEEDS_ATTENTION
-        assert record.blocked_operation == "tool:1:s1"
+        assert record.attention_key == "tool:1:s1"
         (pending,) = await runtime.list_interactions(status="pending")
         await runtime.respond(pending.interaction_id, stead.Approve(reviewer="ana"))
         await runtime.respond(pending.interaction_id, stead.Approve(reviewer="ana"))  # no-op
@@ -411,9 +411,9 @@ async def test_an_approval_of_a_needs_attention_run_is_recorded_and_applies_late
     [
         lambda: stead.Budget(max_cost_usd=math.nan),
         lambda: stead.Budget(max_cost_usd=math.inf),
-        lambda: stead.Retry(initial_delay=math.nan),
-        lambda: stead.Retry(initial_delay=math.inf, max_delay=math.inf),
-        lambda: stead.Retry(max_delay=math.nan),
+        lambda: stead.RetryPolicy(initial_delay=math.nan),
+        lambda: stead.RetryPolicy(initial_delay=math.inf, max_delay=math.inf),
+        lambda: stead.RetryPolicy(max_delay=math.nan),
     ],
 )
 def test_non_finite_policy_values_are_refused(build: Any) -> None:
@@ -422,7 +422,7 @@ def test_non_finite_policy_values_are_refused(build: Any) -> None:
 
 
 def test_a_huge_or_odd_retry_after_is_capped_at_max_delay() -> None:
-    policy = stead.Retry(initial_delay=1, max_delay=30)
+    policy = stead.RetryPolicy(initial_delay=1, max_delay=30)
     assert policy.delay(1, 3e11) == 30
     assert policy.delay(1, math.inf) == 30
     assert 0.5 <= policy.delay(1, math.nan) <= 1
@@ -443,7 +443,7 @@ async def test_a_huge_retry_after_from_the_provider_waits_max_delay(db: str) -> 
         id="a",
         version="1",
         model=FunctionModel(answer),
-        model_retry=stead.Retry(max_attempts=2, initial_delay=1, max_delay=5),
+        model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=1, max_delay=5),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")

@@ -198,6 +198,6 @@ async def test_cancel_while_waiting_cancels_the_interactions(db: str) -> None:
         assert await runtime.list_interactions() == []
         with pytest.raises(stead.ConflictError, match="cancelled with run"):
             await runtime.respond(interaction.interaction_id, stead.Approve())
-        events = [e.type async for e in run.events()]
+        events = [e.kind async for e in run.events()]
         assert events[-1] == "status"
     assert calls == []

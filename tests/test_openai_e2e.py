@@ -76,7 +76,7 @@ async def test_streamed_openai_run_folds_to_the_answer(tmp_path: Path) -> None:
     assert all(body["stream"] for body in server.requests)
     assert outcome.output == "Your order 17 has been refunded: 49.00."
     assert fold_text(events) == outcome.output
-    deltas = [e for e in events if e.type == "model_delta"]
+    deltas = [e for e in events if e.kind == "model_delta"]
     assert any("tool_calls" in e.data for e in deltas)  # streamed tool-call arguments
 
 

@@ -216,11 +216,11 @@ async def test_events_replay_persisted_then_live_and_end_at_terminal(db: str) ->
         async def consume() -> None:
             async for event in run.events():
                 seen.append(event)
-                if event.type == "model_started":
+                if event.kind == "model_started":
                     gate.set()
 
         await asyncio.wait_for(consume(), 5)
-        types = [e.type for e in seen]
+        types = [e.kind for e in seen]
         assert types == ["submitted", "status", "model_started", "model_completed", "status"]
         assert seen[-1].data["status"] == "completed"
         sequences = [e.sequence for e in seen]
@@ -284,7 +284,7 @@ async def test_changed_definition_at_a_saved_checkpoint_needs_attention(db: str)
         record = await handle.run()
     assert record.error is not None
     assert record.error["reason"].startswith("definition changed at a saved checkpoint: model:1")
-    assert record.blocked_operation == "model:1"
+    assert record.attention_key == "model:1"
 
 
 async def test_tool_errors_reach_the_model_as_failed_results(db: str) -> None:

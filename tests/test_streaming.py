@@ -18,10 +18,10 @@ async def test_streamed_run_emits_attempts_deltas_and_one_checkpoint(db: str) ->
         outcome = await run.result()
         replayed = [event async for event in run.events()]
         (op,) = (await run.snapshot()).operations
-    types = [e.type for e in live]
+    types = [e.kind for e in live]
     assert types[:4] == ["submitted", "status", "model_started", "model_attempt_started"]
     assert types[-2:] == ["model_completed", "status"]
-    deltas = [e for e in live if e.type == "model_delta"]
+    deltas = [e for e in live if e.kind == "model_delta"]
     # 40 chunks over ~0.2 s, coalesced to at most one commit per 50 ms (plus the last flush)
     assert 2 <= len(deltas) <= 8, len(deltas)
     assert "".join(d.data["text"] for d in deltas) == answer
@@ -38,7 +38,7 @@ async def test_a_reconnecting_subscriber_sees_each_event_once(db: str) -> None:
         first: list[stead.Event] = []
         async for event in run.events():
             first.append(event)
-            if event.type == "model_delta":
+            if event.kind == "model_delta":
                 break  # the client disconnects mid-stream
         rest = [event async for event in run.events(after=first[-1].sequence)]
         everything = [event async for event in run.events()]
@@ -68,17 +68,17 @@ async def test_a_failed_attempt_is_dropped_by_the_fold(db: str) -> None:
         version="1",
         model=model,
         stream=True,
-        model_retry=stead.Retry(max_attempts=2, initial_delay=0.01, max_delay=0.01),
+        model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.01),
     )
     async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="talk")
         outcome = await asyncio.wait_for(run.result(), 5)
         events = [event async for event in run.events()]
     assert outcome.output == "the real answer"
-    types = [e.type for e in events]
+    types = [e.kind for e in events]
     assert types.count("model_attempt_started") == 2
     assert "model_attempt_failed" in types
-    attempt_ids = {e.data["attempt_id"] for e in events if e.type == "model_attempt_started"}
+    attempt_ids = {e.data["attempt_id"] for e in events if e.kind == "model_attempt_started"}
     assert len(attempt_ids) == 2
     assert fold_text(events) == "the real answer"
     # folding only up to the failure shows the partial text of the first attempt

@@ -46,7 +46,7 @@ def _deltas(db: Path) -> int:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return conn.execute(
-            "SELECT COUNT(*) FROM stead_events WHERE type = 'model_delta'"
+            "SELECT COUNT(*) FROM stead_events WHERE kind = 'model_delta'"
         ).fetchone()[0]
     except sqlite3.OperationalError:
         return 0
@@ -80,12 +80,12 @@ async def test_sigkill_mid_stream_then_resume(tmp_path: Path) -> None:
         run = runtime.get_run(record.id)
         events = [e async for e in run.events()]
         # a subscriber that saw part of the first attempt, lost its connection, and came back
-        cut = next(i for i, e in enumerate(events) if e.type == "model_delta") + 1
+        cut = next(i for i, e in enumerate(events) if e.kind == "model_delta") + 1
         seen = events[:cut]
         assert fold_text(seen).startswith("this first")
         rest = [e async for e in run.events(after=seen[-1].sequence)]
         (op,) = (await run.snapshot()).operations
-    starts = [e for e in events if e.type == "model_attempt_started"]
+    starts = [e for e in events if e.kind == "model_attempt_started"]
     assert len(starts) == 2 and starts[0].data["attempt_id"] != starts[1].data["attempt_id"]
     assert fold_text(events) == "the second attempt is the answer"
     assert fold_text(seen + rest) == "the second attempt is the answer"

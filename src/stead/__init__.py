@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .agent.agent import Agent
 from .agent.interactions import Answer, ApprovalRequired, Approve, Deny, ask_user
-from .agent.policies import Budget, Retry
+from .agent.policies import Budget, RetryPolicy
 from .agent.tools import ModelRetry, Tool, ToolContext, tool
 from .app import App
 from .errors import (
@@ -71,7 +71,7 @@ __all__ = [
     "NotFoundError",
     "Operation",
     "OwnershipError",
-    "Retry",
+    "RetryPolicy",
     "Run",
     "RunCancelled",
     "RunFailed",

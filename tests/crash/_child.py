@@ -212,7 +212,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report: dict[str, Any] = {
             "run_id": handle.id,
             "status": run.status.value,
-            "blocked_operation": run.blocked_operation,
+            "attention_key": run.attention_key,
             "output": None,
             "error": run.error,
         }

@@ -176,20 +176,18 @@ def op_by_key(db: Path, run_id: str, key: str) -> OpRow:
 
 def event_types(db: Path, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     rows = query(
-        db, "SELECT type, data FROM stead_events WHERE run_id = ? ORDER BY sequence", run_id
+        db, "SELECT kind, data FROM stead_events WHERE run_id = ? ORDER BY sequence", run_id
     )
     return [(r[0], json.loads(r[1])) for r in rows]
 
 
 def run_row(db: Path, run_id: str) -> dict[str, Any]:
-    rows = query(
-        db, "SELECT status, blocked_operation, outcome FROM stead_runs WHERE id = ?", run_id
-    )
+    rows = query(db, "SELECT status, attention_key, outcome FROM stead_runs WHERE id = ?", run_id)
     assert rows, f"no run {run_id}"
     status, blocked, outcome = rows[0]
     return {
         "status": status,
-        "blocked_operation": blocked,
+        "attention_key": blocked,
         "outcome": json.loads(outcome) if outcome else None,
     }
 
@@ -211,7 +209,7 @@ def check_events_match_operations(db: Path) -> None:
     only if it is completed."""
     started: Counter[str] = Counter()
     completed: Counter[str] = Counter()
-    for run_id, type_, data in query(db, "SELECT run_id, type, data FROM stead_events"):
+    for run_id, type_, data in query(db, "SELECT run_id, kind, data FROM stead_events"):
         kind, _, what = type_.rpartition("_")
         if what in ("started", "completed") and kind in ("model", "tool"):
             key = json.loads(data)["key"]

@@ -138,8 +138,8 @@ def test_manual_result_is_durable_before_the_model_sees_it(world: World) -> None
 
     outcome = run_finished(world, "one_tool", "--policy", "manual")
 
-    assert (outcome["status"], outcome["blocked_operation"]) == ("completed", None), (
-        f"the run blocked on {outcome['blocked_operation']}: the tool's result had been sent to "
+    assert (outcome["status"], outcome["attention_key"]) == ("completed", None), (
+        f"the run blocked on {outcome['attention_key']}: the tool's result had been sent to "
         "the model but was not committed when the process died"
     )
     assert outcome["output"] == done_output(RECEIPT)
@@ -199,7 +199,7 @@ async def test_effect_done_manual_needs_attention_then_resolve(world: World) -> 
     outcome = run_finished(world, "one_tool", "--policy", "manual")
     assert outcome["run_id"] == run_id
     assert outcome["status"] == "needs_attention"
-    assert outcome["blocked_operation"] == TOOL_KEY
+    assert outcome["attention_key"] == TOOL_KEY
     assert len(world.effects()) == 1
     assert world.model_turns() == [1]
     op = op_by_key(world.db, run_id, TOOL_KEY)
@@ -212,7 +212,7 @@ async def test_effect_done_manual_needs_attention_then_resolve(world: World) -> 
         handle = runtime.get_run(run_id)
         snapshot = await handle.snapshot()
         assert snapshot.run.status == stead.RunStatus.NEEDS_ATTENTION
-        assert snapshot.run.blocked_operation == TOOL_KEY
+        assert snapshot.run.attention_key == TOOL_KEY
         await handle.resolve(TOOL_KEY, output=resolved)
         result = await handle.result()
 
@@ -237,7 +237,7 @@ async def test_manual_intent_reopened_as_safe_stays_blocked(world: World) -> Non
     async with await app.open(stead.SqliteStore(world.db)) as runtime:
         run = await wait_settled(runtime.get_run(run_id))
         assert run.status == stead.RunStatus.NEEDS_ATTENTION
-        assert run.blocked_operation == TOOL_KEY
+        assert run.attention_key == TOOL_KEY
 
     assert len(world.effects()) == 1
     assert world.model_turns() == [1]
@@ -247,7 +247,7 @@ async def test_manual_intent_reopened_as_safe_stays_blocked(world: World) -> Non
     # a second child with the relaxed registration does not run it either
     outcome = run_finished(world, "one_tool", "--policy", "safe")
     assert outcome["status"] == "needs_attention"
-    assert outcome["blocked_operation"] == TOOL_KEY
+    assert outcome["attention_key"] == TOOL_KEY
     assert len(world.effects()) == 1
     check_store(world.db)
 
@@ -266,7 +266,7 @@ async def test_manual_intent_committed_then_retry_runs_once(world: World) -> Non
         handle = runtime.get_run(run_id)
         run = await wait_settled(handle)
         assert run.status == stead.RunStatus.NEEDS_ATTENTION
-        assert run.blocked_operation == TOOL_KEY
+        assert run.attention_key == TOOL_KEY
         assert world.effects() == []
         await handle.retry()
         result = await handle.result()

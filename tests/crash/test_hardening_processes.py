@@ -49,7 +49,7 @@ def test_a_tool_that_kills_the_process_runs_out_of_attempts(tmp_path: Path, poli
     assert deaths == 3, result.describe()
     assert result.outcome is not None, result.describe()
     assert result.outcome["status"] == "needs_attention"
-    assert result.outcome["blocked_operation"].startswith("tool:1:")
+    assert result.outcome["attention_key"].startswith("tool:1:")
     assert "attempt limit is 3" in result.outcome["error"]["reason"]
     assert len(world.effects()) == 3
 

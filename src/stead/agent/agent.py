@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ValidationError
 from ..models import Model
-from .policies import Budget, Retry
+from .policies import Budget, RetryPolicy
 from .tools import Tool
 
 __all__ = ["Agent"]
@@ -28,7 +28,7 @@ class Agent:
     instructions: str = ""
     tools: Sequence[Tool] = field(default_factory=tuple)
     max_turns: int = 20
-    model_retry: Retry | None = field(default_factory=Retry)
+    model_retry: RetryPolicy | None = field(default_factory=RetryPolicy)
     budget: Budget | None = None
     stream: bool = False
 
@@ -57,8 +57,10 @@ class Agent:
             raise ValidationError(
                 f"agent {self.id!r}: max_turns must be a positive integer, got {self.max_turns!r}"
             )
-        if self.model_retry is not None and not isinstance(self.model_retry, Retry):
-            raise ValidationError(f"agent {self.id!r}: model_retry must be a stead.Retry or None")
+        if self.model_retry is not None and not isinstance(self.model_retry, RetryPolicy):
+            raise ValidationError(
+                f"agent {self.id!r}: model_retry must be a stead.RetryPolicy or None"
+            )
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise ValidationError(f"agent {self.id!r}: budget must be a stead.Budget or None")
         tools = tuple(self.tools)

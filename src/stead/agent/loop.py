@@ -42,13 +42,13 @@ from ..messages import (
 from ..models import model_id
 from ..models._redact import redact
 from ..models.pricing import Price
-from ..runtime.control import Blocked, Failed, RetryLater, Stop, Waiting
+from ..runtime.control import Failed, NeedsAttention, RetryLater, Stop, Waiting
 from ..runtime.journal import RunJournal, write_messages
 from ..store.records import Interaction, Recovery
 from ..store.sqlite_tx import SqliteTx
 from .agent import Agent
 from .interactions import ApprovalRequired
-from .policies import Retry
+from .policies import RetryPolicy
 from .streaming import stream_response
 from .tools import ModelRetry, Tool, ToolContext
 
@@ -56,7 +56,7 @@ __all__ = ["AgentOutcome", "run_agent_loop"]
 
 _EVENT_PREVIEW = 200
 #: Which stop wins when the calls of one turn stop differently.
-_PRECEDENCE: tuple[type[Stop], ...] = (Blocked, Failed, RetryLater, Waiting)
+_PRECEDENCE: tuple[type[Stop], ...] = (NeedsAttention, Failed, RetryLater, Waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +130,7 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
             prepare=prepare,
             on_result=functools.partial(_model_writes, journal, bodies),
-            max_attempts=(agent.model_retry or Retry()).max_attempts,
+            max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
         )
         if fresh:
             assistant = fresh[-1]
@@ -371,7 +371,7 @@ def _check_budget(agent: Agent, journal: RunJournal, turn: int, name: str) -> No
             key, "budget", payload={"limit": limit, "bound": bound, "used": value, "turn": turn}
         )
         raise Waiting(f"{reason}; waiting for a person to approve going on")
-    if interaction.status != "resolved":
+    if interaction.status != "responded":
         raise Waiting(f"{reason}; waiting for a person to approve going on")
     response = interaction.response or {}
     if response.get("kind") != "approve":
@@ -519,7 +519,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                     f"tool {call.name!r} returned a value that cannot be journaled ({exc}); "
                     "a tool returns JSON values or pydantic models"
                 )
-            raise Blocked(
+            raise NeedsAttention(
                 f"tool {call.name!r} at {key} returned a value that is not JSON ({exc}); its "
                 "effect may have happened, so nothing was recorded. Make the tool return JSON "
                 f"values or pydantic models, then resolve({key!r}, output=...) or retry()",
@@ -561,7 +561,7 @@ def _decision(
     if interaction is None:
         journal.request_interaction(key, kind, tool=tool.name, arguments=arguments, payload=payload)
         raise Waiting(f"{kind} {key} requested")
-    if interaction.status != "resolved" or not isinstance(interaction.response, dict):
+    if interaction.status != "responded" or not isinstance(interaction.response, dict):
         raise Waiting(f"{kind} {key} is pending")
     return interaction.response
 

@@ -9,7 +9,7 @@ from typing import Literal
 from .._ids import jitter
 from ..errors import ValidationError
 
-__all__ = ["Budget", "Retry"]
+__all__ = ["Budget", "RetryPolicy"]
 
 
 def _positive(
@@ -28,7 +28,7 @@ def _positive(
 
 
 @dataclass(frozen=True, slots=True)
-class Retry:
+class RetryPolicy:
     """How a failing model call is retried: up to ``max_attempts`` calls in all, waiting an
     exponentially growing, jittered delay (seconds) between them, or the provider's
     ``Retry-After`` when it gives one (capped at ``max_delay``). Only retryable failures are
@@ -43,11 +43,13 @@ class Retry:
     max_delay: float = 60.0
 
     def __post_init__(self) -> None:
-        _positive("Retry", "max_attempts", self.max_attempts, integer=True)
-        _positive("Retry", "initial_delay", self.initial_delay)
-        _positive("Retry", "max_delay", self.max_delay)
+        _positive("RetryPolicy", "max_attempts", self.max_attempts, integer=True)
+        _positive("RetryPolicy", "initial_delay", self.initial_delay)
+        _positive("RetryPolicy", "max_delay", self.max_delay)
         if self.max_delay < self.initial_delay:
-            raise ValidationError("Retry.max_delay must be at least Retry.initial_delay")
+            raise ValidationError(
+                "RetryPolicy.max_delay must be at least RetryPolicy.initial_delay"
+            )
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based): the provider's

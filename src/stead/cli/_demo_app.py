@@ -83,7 +83,7 @@ async def main(db: str, ledger: str) -> None:
         print(json.dumps({"run_id": run.id}), flush=True)
         async for event in run.events():
             print(
-                json.dumps({"sequence": event.sequence, "type": event.type, "data": event.data}),
+                json.dumps({"sequence": event.sequence, "kind": event.kind, "data": event.data}),
                 flush=True,
             )
         outcome = await run.result()

@@ -41,7 +41,7 @@ def _child(db: Path, ledger: Path) -> subprocess.Popen[str]:
 
 def _show(line: str) -> dict[str, object]:
     record: dict[str, object] = json.loads(line)
-    if "type" in record:
+    if "kind" in record:
         data = record["data"]
         assert isinstance(data, dict)
         what = data.get("key") or data.get("status") or ""
@@ -49,7 +49,7 @@ def _show(line: str) -> dict[str, object]:
             Text.assemble(
                 ("  " + f"{record['sequence']:>3}", "dim"),
                 "  ",
-                safe_text(f"{record['type']:<16} {what}", one_line=True),
+                safe_text(f"{record['kind']:<16} {what}", one_line=True),
             )
         )
     return record
@@ -102,10 +102,10 @@ def demo(db: str, kill_at: str | None) -> None:
         data = record.get("data")
         if not isinstance(data, dict):
             continue
-        if record.get("type") == "tool_completed" and data.get("tool") == "refund":
+        if record.get("kind") == "tool_completed" and data.get("tool") == "refund":
             refunded = True
         key = data.get("key")
-        if record.get("type") == "model_started" and (key == kill_at if kill_at else refunded):
+        if record.get("kind") == "model_started" and (key == kill_at if kill_at else refunded):
             os.kill(child.pid, signal.SIGKILL)
             killed = str(key)
             break

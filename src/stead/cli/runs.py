@@ -155,18 +155,18 @@ def describe(event: Event) -> Text:
     data = event.data
     key = line(data.get("key", ""))
     attempt = line(" (attempt ", data["attempt"], ")") if data.get("attempt", 1) != 1 else ""
-    if event.type == "submitted":
+    if event.kind == "submitted":
         return line(data["agent_id"], "@", data["version"], " request ", data["request_id"])
-    if event.type == "status":
+    if event.kind == "status":
         extra = ", resumed after a stop" if data.get("resumed") else ""
         reason = line(": ", data["reason"]) if data.get("reason") else ""
         return line(data["status"], extra, reason)
-    if event.type == "model_completed":
+    if event.kind == "model_completed":
         calls = ", ".join(_plain(c["name"]) for c in data.get("tool_calls", []))
         return line(key, " → ", line("call ", calls) if calls else _short(data.get("text", ""), 60))
-    if event.type == "tool_started":
+    if event.kind == "tool_started":
         return line(key, " ", data.get("tool"), attempt)
-    if event.type == "tool_completed":
+    if event.kind == "tool_completed":
         verdict = "failed: " if data.get("failed") else ""
         return line(key, " → ", verdict, _short(data.get("output"), 50))
     return line(key, attempt) if key else _short(data, 70)
@@ -178,7 +178,7 @@ def events_table(events: list[Event]) -> Table:
         table.add_row(
             safe_text(event.sequence),
             safe_text(event.created_at.strftime("%H:%M:%S.%f")[:-3]),
-            safe_text(event.type),
+            safe_text(event.kind),
             describe(event),
         )
     return table

@@ -26,7 +26,7 @@ class RetryLater(Stop):
         self.attempt = attempt
 
 
-class Blocked(Stop):
+class NeedsAttention(Stop):
     """The run needs a person: it goes to ``needs_attention``."""
 
 

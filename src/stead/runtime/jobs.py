@@ -40,7 +40,7 @@ def record_stop(
         status=status,
         error=error,
         error_kind=kind,
-        blocked_operation=operation if status == RunStatus.NEEDS_ATTENTION else None,
+        attention_key=operation if status == RunStatus.NEEDS_ATTENTION else None,
         finished_at=tx.now() if status.terminal else None,
         next_attempt_at=next_attempt_at,
     )
@@ -128,7 +128,7 @@ def respond_job(tx: SqliteTx, *, interaction_id: str, answer: JSON, response_typ
             f"interaction {interaction_id} is a {interaction.kind}; answer it with "
             f"{expected}, not {response_type}"
         )
-    if interaction.status == "resolved":
+    if interaction.status == "responded":
         if interaction.response == answer:
             return  # the same response again
         raise ConflictError(
@@ -150,10 +150,10 @@ def respond_job(tx: SqliteTx, *, interaction_id: str, answer: JSON, response_typ
     # Whatever the approval queue shows can be answered: the decision is recorded now and
     # applies when the run continues (a needs_attention or failed run, once it is resolved
     # or retried).
-    tx.resolve_interaction(interaction_id, answer)
+    tx.respond_interaction(interaction_id, answer)
     tx.append_event(
         run.id,
-        "interaction_resolved",
+        "interaction_responded",
         {"interaction_id": interaction_id, "key": interaction.key, "response": answer},
     )
     if run.status == RunStatus.WAITING and not tx.pending_interactions(run.id):
@@ -177,10 +177,10 @@ def resolve_job(tx: SqliteTx, *, run_id: str, key: str, result: JSON, where: str
             f"operation {key!r} of run {run_id} already has a result; "
             "a committed result is never replaced"
         )
-    if run.status != RunStatus.NEEDS_ATTENTION or run.blocked_operation != key:
+    if run.status != RunStatus.NEEDS_ATTENTION or run.attention_key != key:
         raise ConflictError(
             f"run {run_id} is {run.status.value}, not blocked on {key!r}"
-            + (f" (it is blocked on {run.blocked_operation!r})" if run.blocked_operation else "")
+            + (f" (it is blocked on {run.attention_key!r})" if run.attention_key else "")
             + "; only the operation a needs_attention run names can be resolved"
         )
     tx.complete_operation(run_id, key, result)
@@ -196,7 +196,7 @@ def resolve_job(tx: SqliteTx, *, run_id: str, key: str, result: JSON, where: str
             "resolved": True,
         },
     )
-    tx.update_run(run_id, status=RunStatus.PENDING, error=None, blocked_operation=None)
+    tx.update_run(run_id, status=RunStatus.PENDING, error=None, attention_key=None)
     tx.append_event(run_id, "status", {"status": "pending", "resolved": key})
 
 
@@ -222,15 +222,15 @@ def retry_job(tx: SqliteTx, *, run_id: str, where: str) -> None:
                 f"session {run.session_id!r} has unfinished run "
                 f"{busy.id}; retry {run_id} after it ends"
             )
-    if run.blocked_operation is not None:
-        tx.order_rerun(run_id, run.blocked_operation)
+    if run.attention_key is not None:
+        tx.order_rerun(run_id, run.attention_key)
     tx.reset_attempts(run_id)  # a fresh back-off and crash budget
     tx.update_run(
         run_id,
         status=RunStatus.PENDING,
         error=None,
         error_kind=None,
-        blocked_operation=None,
+        attention_key=None,
         finished_at=None,
         next_attempt_at=None,
     )
@@ -302,7 +302,7 @@ def submit_job(
         session_id=session_id,
         request_id=request_id,
         kind="agent",
-        target=agent_id,
+        agent_id=agent_id,
         version=version,
         status=status,
         input=payload,

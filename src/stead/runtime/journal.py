@@ -24,7 +24,7 @@ from ..store.records import Interaction, Operation, Recovery, Run
 from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx, history_node
 from . import boundaries
-from .control import Blocked, Failed
+from .control import Failed, NeedsAttention
 
 __all__ = ["Conversation", "RunJournal", "write_messages"]
 
@@ -190,7 +190,7 @@ class RunJournal:
         run_id = self.run.id
         input_hash = digest({"kind": kind, "input": input})
         if key in self._keys:
-            raise Blocked(
+            raise NeedsAttention(
                 f"operation key {key} was used twice in one execution of run "
                 f"{run_id}; give each operation its own key",
                 operation=key,
@@ -203,7 +203,7 @@ class RunJournal:
             # A fork's copied results stand even if today's code builds a different input:
             # continuing on today's code is what a fork is for.
             if op.copied_from is None and (op.kind != kind or op.input_hash != input_hash):
-                raise Blocked(
+                raise NeedsAttention(
                     f"definition changed at a saved checkpoint: {key}. The journal holds a "
                     f"different {op.kind} input for this key than today's code builds; restore "
                     "the code the run was recorded with, or fork the run before this operation",
@@ -212,7 +212,7 @@ class RunJournal:
             if op.status == "completed":
                 return op.result
             if op.recovery == "manual" and not op.rerun:
-                raise Blocked(
+                raise NeedsAttention(
                     f"operation {key}{describe} was interrupted and its recovery policy is "
                     f"'manual': whether it took effect is unknown (operation id "
                     f"{op.operation_id}). Check the outside world, then resolve({key!r}, "
@@ -232,7 +232,7 @@ class RunJournal:
                         operation=key,
                         kind="model",
                     )
-                raise Blocked(
+                raise NeedsAttention(
                     f"{reason}. Find what stops the process, then resolve({key!r}, output=...) "
                     "with what it did, or retry() to start it again",
                     operation=key,
@@ -251,7 +251,7 @@ class RunJournal:
         else:
             attempt = 1
             if self.max_operations is not None and self.created >= self.max_operations:
-                raise Blocked(
+                raise NeedsAttention(
                     f"limit max_operations_per_run hit at {key}: run {run_id} already "
                     f"has {self.created} operations (limit "
                     f"{self.max_operations}); raise the limit, then retry()",
@@ -321,7 +321,7 @@ class RunJournal:
     def _check_size(self, key: str, what: str, value: JSON) -> None:
         size = len(dumps(value).encode())
         if size > self.max_payload_bytes:
-            raise Blocked(
+            raise NeedsAttention(
                 f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes "
                 f"(limit {self.max_payload_bytes}); raise the limit or make the "
                 "operation return less, then retry()",

@@ -47,7 +47,7 @@ from ..store.sqlite import SqliteStore
 from ..store.sqlite_tx import SqliteTx
 from . import jobs
 from .checkpoint import build_checkpoint
-from .control import Blocked, Failed, RetryLater, Waiting
+from .control import Failed, NeedsAttention, RetryLater, Waiting
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal import RunJournal, write_messages
 from .limits import Limits, require_id, require_text
@@ -305,7 +305,7 @@ class Runtime:
                 session_id=fork_session,
                 request_id=fork_request,
                 kind=source.kind,
-                target=source.agent_id,
+                agent_id=source.agent_id,
                 version=agent.version,
                 status=RunStatus.PENDING,
                 input=source.input,
@@ -433,9 +433,9 @@ class Runtime:
     ) -> list[Interaction]:
         """Interactions, oldest first: by default the pending ones (the approval queue)."""
         self._check()
-        if status not in (None, "pending", "resolved", "cancelled"):
+        if status not in (None, "pending", "responded", "cancelled"):
             raise ValidationError(
-                f"status must be 'pending', 'resolved', 'cancelled' or None, not {status!r}"
+                f"status must be 'pending', 'responded', 'cancelled' or None, not {status!r}"
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
@@ -618,9 +618,13 @@ class Runtime:
         history_length = len(history)
         try:
             outcome = await run_agent_loop(agent, journal, run.input["prompt"])
-        except Blocked as stop:
+        except NeedsAttention as stop:
             await self._stop(
-                run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation, kind="blocked"
+                run_id,
+                RunStatus.NEEDS_ATTENTION,
+                stop.reason,
+                stop.operation,
+                kind="needs_attention",
             )
             return
         except Failed as stop:
@@ -710,7 +714,7 @@ class Runtime:
             if queues:
                 for queue in queues:
                     queue.put_nowait(event)
-            if event.type == "status" and RunStatus(event.data["status"]).terminal:
+            if event.kind == "status" and RunStatus(event.data["status"]).terminal:
                 for waiter in self._waiters.pop(event.run_id, ()):
                     if not waiter.done():
                         waiter.set_result(None)
@@ -923,4 +927,4 @@ _CLOSED: Any = _Closed()
 
 
 def _is_terminal(event: Event) -> bool:
-    return event.type == "status" and RunStatus(event.data["status"]).terminal
+    return event.kind == "status" and RunStatus(event.data["status"]).terminal

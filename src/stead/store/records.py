@@ -54,7 +54,7 @@ class Run:
     history_length: int | None
     outcome: JSON | None
     error: JSON | None
-    blocked_operation: str | None
+    attention_key: str | None
     usage: JSON
     created_at: datetime
     updated_at: datetime
@@ -96,7 +96,7 @@ class Event:
 
     sequence: int
     run_id: str
-    type: str
+    kind: str
     data: JSON
     created_at: datetime
 
@@ -107,7 +107,7 @@ class Interaction:
 
     ``kind`` is ``approval`` (a gated tool call: ``tool`` and its canonical ``arguments``, whose
     sha256 is ``digest``), ``question`` (the model asked the user) or ``budget`` (a budget was
-    reached and the agent asks whether to go on). ``status`` is ``pending``, ``resolved`` or
+    reached and the agent asks whether to go on). ``status`` is ``pending``, ``responded`` or
     ``cancelled`` (its run was cancelled).
     """
 
@@ -123,4 +123,4 @@ class Interaction:
     payload: JSON
     response: JSON | None
     requested_at: datetime
-    resolved_at: datetime | None
+    responded_at: datetime | None

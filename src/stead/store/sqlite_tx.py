@@ -21,8 +21,8 @@ from .records import (
 )
 
 _RUN_COLUMNS = (
-    "id, number, session_id, request_id, kind, target, version, status, input, history_head, "
-    "history_length, outcome, error, blocked_operation, usage, created_at, updated_at, "
+    "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
+    "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
     "started_at, finished_at, next_attempt_at, error_kind"
 )
 _OP_COLUMNS = (
@@ -37,7 +37,7 @@ _UPDATABLE_RUN_FIELDS = frozenset(
         "history_length",
         "outcome",
         "error",
-        "blocked_operation",
+        "attention_key",
         "usage",
         "started_at",
         "finished_at",
@@ -71,7 +71,7 @@ def _run(row: Sequence[Any]) -> Run:
         history_length=row[10],
         outcome=_load(row[11]),
         error=_load(row[12]),
-        blocked_operation=row[13],
+        attention_key=row[13],
         usage=loads(row[14]),
         created_at=datetime.fromisoformat(row[15]),
         updated_at=datetime.fromisoformat(row[16]),
@@ -104,7 +104,7 @@ def _operation(row: Sequence[Any]) -> Operation:
 
 _INTERACTION_SELECT = (
     "SELECT i.id, i.run_id, r.session_id, i.key, i.kind, i.status, i.tool, i.arguments, "
-    "i.digest, i.payload, i.response, i.requested_at, i.resolved_at "
+    "i.digest, i.payload, i.response, i.requested_at, i.responded_at "
     "FROM stead_interactions AS i JOIN stead_runs AS r ON r.id = i.run_id"
 )
 
@@ -123,7 +123,7 @@ def _interaction(row: Sequence[Any]) -> Interaction:
         payload=loads(row[9]),
         response=_load(row[10]),
         requested_at=datetime.fromisoformat(row[11]),
-        resolved_at=_time(row[12]),
+        responded_at=_time(row[12]),
     )
 
 
@@ -226,7 +226,7 @@ class SqliteTx:
         session_id: str,
         request_id: str,
         kind: str,
-        target: str,
+        agent_id: str,
         version: str,
         status: RunStatus,
         input: JSON,
@@ -234,7 +234,7 @@ class SqliteTx:
     ) -> Run:
         now = self.stamp()
         cursor = self.conn.execute(
-            "INSERT INTO stead_runs (id, session_id, request_id, kind, target, version, status, "
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
             "input, submission_digest, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -242,7 +242,7 @@ class SqliteTx:
                 session_id,
                 request_id,
                 kind,
-                target,
+                agent_id,
                 version,
                 status.value,
                 dumps(input),
@@ -311,7 +311,7 @@ class SqliteTx:
             clauses.append("session_id = ?")
             values.append(session_id)
         if agent_id is not None:
-            clauses.append("target = ?")
+            clauses.append("agent_id = ?")
             values.append(agent_id)
         if statuses:
             clauses.append(f"status IN ({', '.join('?' for _ in statuses)})")
@@ -482,16 +482,16 @@ class SqliteTx:
         ).fetchall()
         return [_interaction(row) for row in rows]
 
-    def resolve_interaction(self, interaction_id: str, response: JSON) -> None:
+    def respond_interaction(self, interaction_id: str, response: JSON) -> None:
         self.conn.execute(
-            "UPDATE stead_interactions SET status = 'resolved', response = ?, resolved_at = ? "
+            "UPDATE stead_interactions SET status = 'responded', response = ?, responded_at = ? "
             "WHERE id = ? AND status = 'pending'",
             (dumps(response), self.stamp(), interaction_id),
         )
 
     def cancel_interactions(self, run_id: str) -> None:
         self.conn.execute(
-            "UPDATE stead_interactions SET status = 'cancelled', resolved_at = ? "
+            "UPDATE stead_interactions SET status = 'cancelled', responded_at = ? "
             "WHERE run_id = ? AND status = 'pending'",
             (self.stamp(), run_id),
         )
@@ -505,29 +505,29 @@ class SqliteTx:
 
     # -- events ------------------------------------------------------------------------------
 
-    def append_event(self, run_id: str, type: str, data: JSON) -> Event:
+    def append_event(self, run_id: str, kind: str, data: JSON) -> Event:
         now = self.now()
         sequence = self.next_sequence
         self.conn.execute(
-            "INSERT INTO stead_events (sequence, run_id, type, data, created_at) "
+            "INSERT INTO stead_events (sequence, run_id, kind, data, created_at) "
             "VALUES (?, ?, ?, ?, ?)",
-            (sequence, run_id, type, dumps(data), self.stamp()),
+            (sequence, run_id, kind, dumps(data), self.stamp()),
         )
         self.next_sequence = sequence + 1
-        event = Event(sequence=sequence, run_id=run_id, type=type, data=data, created_at=now)
+        event = Event(sequence=sequence, run_id=run_id, kind=kind, data=data, created_at=now)
         self.events.append(event)
         return event
 
     def events_after(self, run_id: str | None, after: int, limit: int) -> list[Event]:
         if run_id is None:
             rows = self.conn.execute(
-                "SELECT sequence, run_id, type, data, created_at FROM stead_events "
+                "SELECT sequence, run_id, kind, data, created_at FROM stead_events "
                 "WHERE sequence > ? ORDER BY sequence LIMIT ?",
                 (after, limit),
             ).fetchall()
         else:
             rows = self.conn.execute(
-                "SELECT sequence, run_id, type, data, created_at FROM stead_events "
+                "SELECT sequence, run_id, kind, data, created_at FROM stead_events "
                 "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
                 (run_id, after, limit),
             ).fetchall()
@@ -535,7 +535,7 @@ class SqliteTx:
             Event(
                 sequence=r[0],
                 run_id=r[1],
-                type=r[2],
+                kind=r[2],
                 data=loads(r[3]),
                 created_at=datetime.fromisoformat(r[4]),
             )

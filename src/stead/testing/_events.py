@@ -19,12 +19,12 @@ def fold_text(events: Iterable[Event]) -> str:
         key = data.get("key") if isinstance(data, dict) else None
         if not isinstance(key, str) or not key.startswith("model:"):
             continue
-        if event.type == "model_attempt_started":
+        if event.kind == "model_attempt_started":
             texts[key] = ""
             attempts[key] = data["attempt_id"]
-        elif event.type == "model_delta":
+        elif event.kind == "model_delta":
             if attempts.get(key, data.get("attempt_id")) == data.get("attempt_id"):
                 texts[key] = texts.get(key, "") + data.get("text", "")
-        elif event.type == "model_completed":
+        elif event.kind == "model_completed":
             texts[key] = data.get("text", "")
     return "\n\n".join(text for text in texts.values() if text)
