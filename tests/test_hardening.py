@@ -19,7 +19,7 @@ import pytest
 
 import stead
 from stead.agent import loop
-from stead.runtime.journal import RunJournal
+from stead.runtime.context import RunContext
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
 LONE = "\ud83d"  # the first half of an emoji, as a stream decoded piece by piece can hand it over
@@ -210,14 +210,14 @@ async def test_an_unexpected_exception_fails_the_run_with_its_traceback(
 async def test_an_unexpected_exception_during_a_side_effect_names_it(
     db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = RunJournal._check_size
+    original = RunContext._check_size
 
-    def broken(self: RunJournal, key: str, what: str, value: Any) -> None:
+    def broken(self: RunContext, key: str, what: str, value: Any) -> None:
         if what == "result" and key.startswith("tool:"):
             raise RuntimeError("a defect after the effect")
         original(self, key, what, value)
 
-    monkeypatch.setattr(RunJournal, "_check_size", broken)
+    monkeypatch.setattr(RunContext, "_check_size", broken)
     runs: list[int] = []
     async with await stead.App(agents=[_returning("ok", "manual", runs)]).open(
         stead.SqliteStore(db)
@@ -472,7 +472,7 @@ async def test_result_with_a_timeout_leaves_no_waiter_behind(
             for _ in range(50):
                 with pytest.raises(TimeoutError, match="did not end within"):
                     await run.result(timeout=0.001)
-            assert runtime._waiters == {}
+            assert runtime._hub.waiting == 0
             with pytest.raises(stead.ValidationError):
                 await run.result(timeout=math.nan)
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

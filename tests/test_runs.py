@@ -283,7 +283,7 @@ async def test_changed_definition_at_a_saved_checkpoint_needs_attention(db: str)
             await asyncio.sleep(0.01)
         record = await handle.run()
     assert record.error is not None
-    assert record.error["reason"].startswith("definition changed at a saved checkpoint: model:1")
+    assert record.error["reason"].startswith("definition changed at operation model:1")
     assert record.attention_key == "model:1"
 
 

@@ -8,10 +8,12 @@ and an interrupted one is handled by the recovery policy its author chose.
 from __future__ import annotations
 
 from .agent.agent import Agent
+from .agent.checkpoint import Checkpoint
 from .agent.interactions import Answer, ApprovalRequired, Approve, Deny, ask_user
 from .agent.policies import Budget, RetryPolicy
 from .agent.tools import ModelRetry, Tool, ToolContext, tool
 from .app import App
+from .client import Client
 from .errors import (
     ConflictError,
     LimitError,
@@ -26,6 +28,8 @@ from .errors import (
     StorageError,
     ValidationError,
 )
+from .handle import RunHandle, RunOutcome, RunPage, Snapshot
+from .journal.records import Event, Interaction, Operation, Run, RunStatus
 from .messages import (
     AssistantMessage,
     Message,
@@ -39,10 +43,7 @@ from .messages import (
 )
 from .models import Model
 from .runner import run_agent
-from .runtime.checkpoint import Checkpoint
-from .runtime.handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .runtime.runtime import Limits, Runtime
-from .store.records import Event, Interaction, Operation, Run, RunStatus
 from .store.sqlite import SqliteStore
 
 __version__ = "0.1.0"
@@ -56,6 +57,7 @@ __all__ = [
     "AssistantMessage",
     "Budget",
     "Checkpoint",
+    "Client",
     "ConflictError",
     "Deny",
     "Event",

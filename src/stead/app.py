@@ -6,11 +6,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .agent.agent import Agent
+from .agent.definition import AgentDefinition
 from .errors import NotFoundError, StorageError, ValidationError
+from .journal.records import Run
 from .models.pricing import Price
 
 if TYPE_CHECKING:
-    from .runtime.runtime import Limits, Runtime
+    from .runtime.limits import Limits
+    from .runtime.runtime import Runtime
     from .store.sqlite import SqliteStore
 
 __all__ = ["App"]
@@ -71,6 +74,15 @@ class App:
 
     def find(self, agent_id: str, version: str) -> Agent | None:
         return self._agents.get((agent_id, version))
+
+    def definition(self, run: Run) -> AgentDefinition | None:
+        """What ``run`` executes, or ``None`` if its version is not registered here."""
+        agent = self._agents.get((run.agent_id, run.version))
+        return AgentDefinition(agent, self.prices) if agent is not None else None
+
+    def version_of(self, agent_id: str, version: str | None) -> str:
+        """The version a new run of ``agent_id`` is pinned to (the latest unless given)."""
+        return self.agent(agent_id, version).version
 
     @property
     def agents(self) -> list[Agent]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .agent.agent import Agent
 from .app import App
-from .runtime.handle import RunOutcome
+from .handle import RunOutcome
 from .runtime.runtime import Runtime
 from .store.sqlite import SqliteStore
 

@@ -9,6 +9,7 @@ this function after a crash replays committed results and continues where the ru
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from .._json import (
     to_json,
 )
 from ..errors import ModelError
+from ..journal.events import ModelCompleted, ModelStarted, ToolCompleted, ToolStarted
+from ..journal.keys import approval_key, budget_key, model_key, tool_key
+from ..journal.records import Interaction, Recovery, Writes
 from ..messages import (
     AssistantMessage,
     ModelRequest,
@@ -41,12 +45,11 @@ from ..messages import (
 )
 from ..models import model_id
 from ..models._redact import redact
-from ..models.pricing import Price
+from ..models.pricing import Price, cost_usd
+from ..runtime.context import RunContext
 from ..runtime.control import Failed, NeedsAttention, RetryLater, Stop, Waiting
-from ..runtime.journal import RunJournal, write_messages
-from ..store.records import Interaction, Recovery
-from ..store.sqlite_tx import SqliteTx
 from .agent import Agent
+from .conversation import Conversation
 from .interactions import ApprovalRequired
 from .policies import RetryPolicy
 from .streaming import stream_response
@@ -63,11 +66,27 @@ _PRECEDENCE: tuple[type[Stop], ...] = (NeedsAttention, Failed, RetryLater, Waiti
 class AgentOutcome:
     output: str
     usage: Usage
+    conversation: Conversation
 
 
-async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> AgentOutcome:
-    conversation = journal.conversation
+def committed_usage(result: JSON) -> Usage:
+    """The usage one committed model response adds: its tokens, and one request (whatever
+    the adapter reported, so a request is never counted twice)."""
+    return dataclasses.replace(Usage.from_json(result.get("usage")), requests=1)
+
+
+async def run_agent_loop(
+    agent: Agent,
+    ctx: RunContext,
+    prompt: str,
+    *,
+    prices: Mapping[str, Price] | None,
+) -> AgentOutcome:
+    conversation = Conversation()
+    for body in ctx.history:
+        conversation.append(message_from_json(loads(body)), stored=True, body=body)
     conversation.append(UserMessage(prompt))
+    state = _State(conversation=conversation, prices=prices)
     context_body = canonical(
         {"instructions": agent.instructions, "tools": [t.spec.to_json() for t in agent.tools]}
     )
@@ -77,35 +96,28 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
     turn = 0
     while True:
         turn += 1
-        key = f"model:{turn}"
+        key = model_key(turn)
         if turn > agent.max_turns:
             raise Failed(
                 f"max_turns ({agent.max_turns}) reached without a final answer; raise "
                 "the agent's max_turns (as a new version) and retry()",
                 kind="max_turns",
             )
-        if key not in journal.operations:
-            _check_budget(agent, journal, turn, name)
+        if key not in ctx.operations:
+            _check_budget(agent, ctx, state, turn, name)
         request = ModelRequest(
             messages=tuple(conversation.messages),
             instructions=agent.instructions,
             tools=tool_specs,
             turn=turn,
         )
-        pending = conversation.take_pending()
-        write_context = not context_written
-        context_written = True
-
-        def prepare(
-            tx: SqliteTx, pending: Any = pending, write_context: bool = write_context
-        ) -> None:
-            if write_context:
-                tx.put_blob(context_body)
-            write_messages(tx, pending)
-
+        before = conversation.take_pending()
+        if not context_written:
+            before = dataclasses.replace(before, blobs=(context_body, *before.blobs))
+            context_written = True
         fresh: list[AssistantMessage] = []
         bodies: list[str] = []
-        result = await journal.operation(
+        result = await ctx.operation(
             key,
             "model",
             "safe",
@@ -116,37 +128,32 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
                 "turn": turn,
             },
             functools.partial(
-                _call_model,
-                agent,
-                name,
-                request,
-                key,
-                fresh,
-                bodies,
-                _attempt_base(journal, key),
-                journal,
+                _call_model, agent, name, request, key, fresh, bodies, _attempt_base(ctx, key), ctx
             ),
             started=functools.partial(_model_started, key, turn),
-            completed=functools.partial(_model_event, key, turn, name, journal.prices, fresh),
-            prepare=prepare,
-            on_result=functools.partial(_model_writes, journal, bodies),
+            completed=functools.partial(_model_event, key, turn, name, prices, fresh),
+            before=before,
+            after=functools.partial(_model_writes, state, bodies),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
         )
         if fresh:
             assistant = fresh[-1]
             body = bodies[-1]
-        else:  # replayed: the runtime attached the stored message to the result
-            body = result["stored_body"]
+        else:  # replayed: the message is stored once, as a blob the result refers to
+            body = await ctx.load_blob(result["message"])
             stored = message_from_json(loads(body))
-            assert isinstance(stored, AssistantMessage)
+            if not isinstance(stored, AssistantMessage):  # pragma: no cover - damaged journal
+                raise NeedsAttention(
+                    f"operation {key} refers to a message that is not the model's", operation=key
+                )
             assistant = stored
-        journal.usage = journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)
+        state.usage = state.usage + committed_usage(result)
         calls = assistant.tool_calls
         conversation.append(assistant, body=body)
         if not calls:
-            return AgentOutcome(output=assistant.text, usage=journal.usage)
+            return AgentOutcome(output=assistant.text, usage=state.usage, conversation=conversation)
         outcomes = await asyncio.gather(
-            *(_call_tool(agent, journal, turn, call) for call in calls), return_exceptions=True
+            *(_call_tool(agent, ctx, turn, call) for call in calls), return_exceptions=True
         )
         stops: list[BaseException] = []
         for call, outcome in zip(calls, outcomes, strict=True):
@@ -163,6 +170,15 @@ async def run_agent_loop(agent: Agent, journal: RunJournal, prompt: str) -> Agen
             )
         if stops:
             raise _first_stop(stops)
+
+
+@dataclass(slots=True)
+class _State:
+    """What one execution of the loop accumulates."""
+
+    conversation: Conversation
+    prices: Mapping[str, Price] | None
+    usage: Usage = dataclasses.field(default_factory=Usage)
 
 
 def _first_stop(stops: list[BaseException]) -> BaseException:
@@ -184,18 +200,16 @@ async def _call_model(
     fresh: list[AssistantMessage],
     bodies: list[str],
     attempt_base: int,
-    journal: RunJournal,
+    ctx: RunContext,
     attempt: int,
 ) -> JSON:
     model: Any = agent.model
     try:
         if agent.stream and callable(getattr(model, "stream", None)):
-            response = await stream_response(model, request, journal, key, attempt)
+            response = await stream_response(model, request, ctx, key, attempt)
         else:
             response = await model.complete(request)
-    except (asyncio.CancelledError, Stop):
-        raise
-    except Exception as exc:
+    except Exception as exc:  # a Stop or a cancellation is a BaseException: it passes
         raise _model_failure(agent, key, attempt - attempt_base, exc) from exc
     if not isinstance(response, ModelResponse):
         raise Failed(
@@ -267,8 +281,8 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
     return message, body, result
 
 
-def _attempt_base(journal: RunJournal, key: str) -> int:
-    op = journal.operations.get(key)
+def _attempt_base(ctx: RunContext, key: str) -> int:
+    op = ctx.operations.get(key)
     return op.attempt_base if op is not None else 0
 
 
@@ -297,20 +311,14 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
     )
 
 
-def _model_writes(journal: RunJournal, bodies: list[str], result: JSON) -> Any:
-    body = bodies[-1]
-    total = (journal.usage + Usage.from_json(result.get("usage")) + Usage(requests=1)).to_json()
-    run_id = journal.run.id
-
-    def write(tx: SqliteTx) -> None:
-        tx.put_blob(body)
-        tx.update_run(run_id, usage=total)
-
-    return write
+def _model_writes(state: _State, bodies: list[str], result: JSON) -> Writes:
+    """With a model's result: its message (stored once) and the run's new usage total."""
+    total = (state.usage + committed_usage(result)).to_json()
+    return Writes(blobs=(bodies[-1],), usage=total)
 
 
-def _model_started(key: str, turn: int, attempt: int) -> JSON:
-    return {"key": key, "turn": turn, "attempt": attempt}
+def _model_started(key: str, turn: int, attempt: int) -> ModelStarted:
+    return ModelStarted(key=key, turn=turn, attempt=attempt)
 
 
 def _model_event(
@@ -320,36 +328,33 @@ def _model_event(
     prices: Mapping[str, Price] | None,
     fresh: list[AssistantMessage],
     result: JSON,
-) -> JSON:
-    from ..models.pricing import cost_usd
-
+) -> ModelCompleted:
     message = fresh[-1]
-    return {
-        "key": key,
-        "turn": turn,
-        "model": name,
-        "text": message.text,
-        "tool_calls": [{"id": c.id, "name": c.name} for c in message.tool_calls],
-        "usage": result["usage"],
-        "cost_usd": cost_usd(name, Usage.from_json(result["usage"]), prices),
-    }
+    usage = committed_usage(result)
+    return ModelCompleted(
+        key=key,
+        turn=turn,
+        model=name,
+        text=message.text,
+        tool_calls=[{"id": c.id, "name": c.name} for c in message.tool_calls],
+        usage=usage.to_json(),
+        cost_usd=cost_usd(name, usage, prices),
+    )
 
 
-def _check_budget(agent: Agent, journal: RunJournal, turn: int, name: str) -> None:
+def _check_budget(agent: Agent, ctx: RunContext, state: _State, turn: int, name: str) -> None:
     """Before a new model call: stop if a committed total reached the agent's budget."""
     budget = agent.budget
     if budget is None:
         return
-    used = journal.usage
+    used = state.usage
     breach: tuple[str, float, float] | None = None
     if budget.max_turns is not None and turn - 1 >= budget.max_turns:
         breach = ("max_turns", budget.max_turns, turn - 1)
     elif budget.max_tokens is not None and used.total_tokens >= budget.max_tokens:
         breach = ("max_tokens", budget.max_tokens, used.total_tokens)
     elif budget.max_cost_usd is not None:
-        from ..models.pricing import cost_usd
-
-        cost = cost_usd(name, used, journal.prices)
+        cost = cost_usd(name, used, state.prices)
         if cost is None:
             raise Failed(
                 f"the budget sets max_cost_usd but there is no price for model {name!r}; add "
@@ -364,10 +369,10 @@ def _check_budget(agent: Agent, journal: RunJournal, turn: int, name: str) -> No
     reason = f"budget {limit} ({bound}) reached: {value} used before model:{turn}"
     if budget.on_breach == "fail":
         raise Failed(reason, kind="budget")
-    key = f"budget:{turn}"
-    interaction = journal.interactions.get(key)
+    key = budget_key(turn)
+    interaction = ctx.interactions.get(key)
     if interaction is None:
-        journal.request_interaction(
+        ctx.request_interaction(
             key, "budget", payload={"limit": limit, "bound": bound, "used": value, "turn": turn}
         )
         raise Waiting(f"{reason}; waiting for a person to approve going on")
@@ -413,11 +418,11 @@ def _success(output: JSON, **extra: JSON) -> JSON:
     return {"output": output, "failed": False, "error": None, **extra}
 
 
-async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCall) -> JSON:
+async def _call_tool(agent: Agent, ctx: RunContext, turn: int, call: ToolCall) -> JSON:
     call_id = call.id or ""
-    key = f"tool:{turn}:{call_id}"
-    approval_key = f"approval:{turn}:{call_id}"
-    run = journal.run
+    key = tool_key(turn, call_id)
+    gate_key = approval_key(turn, call_id)
+    run = ctx.run
     tool = agent.tool(call.name)
     problem: str | None = None
     validated: dict[str, Any] = {}
@@ -435,25 +440,25 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
             problem = f"invalid arguments for tool {call.name!r}: {_validation_message(exc)}"
 
     recovery: Recovery = tool.recovery if tool is not None and problem is None else "safe"
-    interaction = journal.interactions.get(approval_key)
+    interaction = ctx.interactions.get(gate_key)
     approved = False
-    done = journal.operations.get(key)
+    done = ctx.operations.get(key)
     if done is not None and done.status == "completed":
         # A committed result stands (a fork copies them): no gate is asked again.
-        return await _journal_tool(journal, key, call, recovery, arguments, _constant(None))
+        return await _journal_tool(ctx, key, call, recovery, arguments, _constant(None))
     if tool is not None and problem is None:
         if tool.is_question:
             answer = _decision(
-                journal,
+                ctx,
                 interaction,
-                approval_key,
+                gate_key,
                 "question",
                 tool,
                 arguments,
                 {"question": arguments.get("question")},
             )
             return await _journal_tool(
-                journal,
+                ctx,
                 key,
                 call,
                 "safe",
@@ -461,13 +466,11 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                 _constant(_success(answer.get("value"), answered=True)),
             )
         if interaction is not None or _needs_approval(tool, validated, call):
-            decision = _decision(
-                journal, interaction, approval_key, "approval", tool, arguments, None
-            )
+            decision = _decision(ctx, interaction, gate_key, "approval", tool, arguments, None)
             if decision.get("kind") == "deny":
                 reason = decision.get("reason") or "denied"
                 return await _journal_tool(
-                    journal,
+                    ctx,
                     key,
                     call,
                     "safe",
@@ -483,7 +486,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         context = ToolContext(
             run_id=run.id,
             session_id=run.session_id,
-            operation_id=f"{run.id}/{key}",
+            operation_id=ctx.operation_id(key),
             key=key,
             attempt=attempt,
             approved=approved,
@@ -498,8 +501,8 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                     f"tool {call.name!r} asked for approval again after it was "
                     "approved; check ToolContext.approved before raising"
                 )
-            journal.request_interaction(
-                approval_key,
+            ctx.request_interaction(
+                gate_key,
                 "approval",
                 tool=call.name,
                 arguments=arguments,
@@ -507,9 +510,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
                 abandon=key,
             )
             raise Waiting(f"tool {call.name!r} at {key} asked for approval") from None
-        except (asyncio.CancelledError, Stop):
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a Stop or a cancellation is a BaseException: it passes
             return _failure(f"{type(exc).__name__}: {exc}")
         try:
             output = to_json(value)
@@ -528,7 +529,7 @@ async def _call_tool(agent: Agent, journal: RunJournal, turn: int, call: ToolCal
         return _success(output)
 
     return await _journal_tool(
-        journal,
+        ctx,
         key,
         call,
         recovery,
@@ -549,7 +550,7 @@ def _needs_approval(tool: Tool, validated: dict[str, Any], call: ToolCall) -> bo
 
 
 def _decision(
-    journal: RunJournal,
+    ctx: RunContext,
     interaction: Interaction | None,
     key: str,
     kind: str,
@@ -559,7 +560,7 @@ def _decision(
 ) -> dict[str, Any]:
     """The recorded response to a gate, or stop the run to wait for one."""
     if interaction is None:
-        journal.request_interaction(key, kind, tool=tool.name, arguments=arguments, payload=payload)
+        ctx.request_interaction(key, kind, tool=tool.name, arguments=arguments, payload=payload)
         raise Waiting(f"{kind} {key} requested")
     if interaction.status != "responded" or not isinstance(interaction.response, dict):
         raise Waiting(f"{kind} {key} is pending")
@@ -574,7 +575,7 @@ def _constant(result: JSON) -> Any:
 
 
 async def _journal_tool(
-    journal: RunJournal,
+    ctx: RunContext,
     key: str,
     call: ToolCall,
     recovery: Recovery,
@@ -583,28 +584,27 @@ async def _journal_tool(
     *,
     max_attempts: int = 3,
 ) -> JSON:
-    run_id = journal.run.id
     call_id = call.id or ""
-    result: JSON = await journal.operation(
+    result: JSON = await ctx.operation(
         key,
         "tool",
         recovery,
         {"tool": call.name, "call_id": call_id, "arguments": arguments},
         execute,
-        started=lambda attempt: {
-            "key": key,
-            "tool": call.name,
-            "call_id": call_id,
-            "attempt": attempt,
-            "operation_id": f"{run_id}/{key}",
-        },
-        completed=lambda result: {
-            "key": key,
-            "tool": call.name,
-            "call_id": call_id,
-            "failed": result["failed"],
-            "output": _preview(result["output"]),
-        },
+        started=lambda attempt: ToolStarted(
+            key=key,
+            tool=call.name,
+            call_id=call_id,
+            attempt=attempt,
+            operation_id=ctx.operation_id(key),
+        ),
+        completed=lambda result: ToolCompleted(
+            key=key,
+            tool=call.name,
+            call_id=call_id,
+            failed=bool(result["failed"]),
+            output=_preview(result["output"]),
+        ),
         describe=f" (tool {call.name!r})",
         max_attempts=max_attempts,
     )

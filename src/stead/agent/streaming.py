@@ -14,10 +14,10 @@ from typing import Any
 
 from .._json import JSON, storable_text
 from ..errors import ValidationError
+from ..journal.events import ModelAttemptFailed, ModelAttemptStarted, ModelDelta
 from ..messages import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 from ..models._redact import redact
-from ..runtime.journal import RunJournal
-from ..store.sqlite_tx import SqliteTx
+from ..runtime.context import RunContext
 
 __all__ = ["DeltaWriter", "stream_response"]
 
@@ -29,16 +29,15 @@ class DeltaWriter:
     """Buffers deltas of one attempt and writes them as ``model_delta`` events."""
 
     def __init__(
-        self, journal: RunJournal, key: str, attempt_id: str, interval: float = DELTA_INTERVAL
+        self, ctx: RunContext, key: str, attempt_id: str, interval: float = DELTA_INTERVAL
     ) -> None:
-        self._journal = journal
+        self._ctx = ctx
         self._key = key
         self._attempt_id = attempt_id
         self._interval = interval
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self.commits = 0
 
     def add(self, delta: TextDelta | ToolCallDelta) -> None:
         if isinstance(delta, TextDelta):
@@ -67,20 +66,23 @@ class DeltaWriter:
         if not text and not self._calls:
             self._text = [held] if held else []
             return
-        data: dict[str, JSON] = {"key": self._key, "attempt_id": self._attempt_id}
         # Progress text is shown, never replayed: halves of a character split across chunks
         # are joined, and what still cannot be stored is replaced rather than refused.
-        if text:
-            data["text"] = storable_text(text)
+        calls: list[dict[str, JSON]] | None = None
         if self._calls:
-            data["tool_calls"] = [
+            calls = [
                 {**call, "arguments": storable_text(call["arguments"])}
                 for _, call in sorted(self._calls.items())
             ]
         self._text, self._calls = ([held] if held else []), {}
-        run_id = self._journal.run.id
-        self._journal.write(lambda tx: _append(tx, run_id, "model_delta", data))
-        self.commits += 1
+        self._ctx.emit(
+            ModelDelta(
+                key=self._key,
+                attempt_id=self._attempt_id,
+                text=storable_text(text) if text else None,
+                tool_calls=calls,
+            )
+        )
 
     def close(self) -> None:
         if self._timer is not None:
@@ -88,20 +90,14 @@ class DeltaWriter:
             self._timer = None
 
 
-def _append(tx: SqliteTx, run_id: str, type: str, data: JSON) -> None:
-    tx.append_event(run_id, type, data)
-
-
 async def stream_response(
-    model: Any, request: ModelRequest, journal: RunJournal, key: str, attempt: int
+    model: Any, request: ModelRequest, ctx: RunContext, key: str, attempt: int
 ) -> ModelResponse:
     """Stream one attempt of ``key``; returns the final response (raises what the model
     raised, after recording ``model_attempt_failed``)."""
-    run_id = journal.run.id
-    attempt_id = f"{run_id}/{key}#{attempt}"
-    started = {"key": key, "attempt": attempt, "attempt_id": attempt_id}
-    journal.write(lambda tx: _append(tx, run_id, "model_attempt_started", started))
-    writer = DeltaWriter(journal, key, attempt_id)
+    attempt_id = f"{ctx.operation_id(key)}#{attempt}"
+    ctx.emit(ModelAttemptStarted(key=key, attempt=attempt, attempt_id=attempt_id))
+    writer = DeltaWriter(ctx, key, attempt_id)
     final: ModelResponse | None = None
     try:
         async for item in model.stream(request):
@@ -123,13 +119,14 @@ async def stream_response(
         raise
     except Exception as exc:
         writer.flush(final=True)
-        failed = {
-            "key": key,
-            "attempt": attempt,
-            "attempt_id": attempt_id,
-            "error": storable_text(redact(f"{type(exc).__name__}: {exc}")),
-        }
-        journal.write(lambda tx: _append(tx, run_id, "model_attempt_failed", failed))
+        ctx.emit(
+            ModelAttemptFailed(
+                key=key,
+                attempt=attempt,
+                attempt_id=attempt_id,
+                error=storable_text(redact(f"{type(exc).__name__}: {exc}")),
+            )
+        )
         raise
     writer.flush(final=True)
     return final

@@ -18,8 +18,8 @@ from typing import Any, ParamSpec, TypeVar, overload
 import pydantic
 
 from ..errors import ValidationError
+from ..journal.records import RECOVERY_POLICIES, Recovery
 from ..messages import ToolSpec
-from ..store.records import RECOVERY_POLICIES, Recovery
 
 __all__ = ["ModelRetry", "Tool", "ToolContext", "tool"]
 

@@ -13,7 +13,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from ..errors import SteadError
-from ..store.records import Event, Operation, Run
+from ..journal.records import Event, Operation, Run
 from ..store.sqlite import open_reader
 from ..store.sqlite_tx import SqliteTx
 

@@ -1,10 +1,14 @@
-"""How an execution stops short of an outcome. Internal: raised by the journal and the loop,
-caught by the runtime, never seen by users."""
+"""How an execution stops short of an outcome. Internal: raised through the run context and the
+definition's code, caught by the executor, never seen by users.
+
+They are ``BaseException`` subclasses, as DBOS does it, so the ``except Exception:`` that user code
+(a tool, a task) writes around a durable call cannot swallow a suspension.
+"""
 
 from __future__ import annotations
 
 
-class Stop(Exception):
+class Stop(BaseException):
     """End this execution and record why."""
 
     def __init__(self, reason: str, *, operation: str | None = None) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import SteadError, StorageError
-from .records import Event
+from ..journal.records import Event
 
 T = TypeVar("T")
 Tx = TypeVar("Tx")
@@ -43,7 +43,7 @@ class Batcher(Protocol[Tx]):
     def release_savepoint(self, tx: Tx) -> None: ...
     def commit(self, tx: Tx) -> tuple[list[Event], bool]: ...
     def rollback(self, tx: Tx) -> None: ...
-    def read(self) -> Tx: ...
+    def reader(self) -> Tx: ...
     def busy(self, exc: BaseException) -> bool: ...
 
     #: Seconds a batch may wait for a lock another process holds before the store fails.
@@ -169,7 +169,7 @@ class Writer:
             return
         try:
             if all(job.read_only for job in batch):
-                tx = self._backend.read()
+                tx = self._backend.reader()
                 for job in batch:
                     self._call(tx, job)
                 events: list[Event] = []

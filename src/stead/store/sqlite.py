@@ -26,6 +26,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -35,8 +36,11 @@ from typing import Literal, TypeVar
 from .._clock import Clock, SystemClock
 from .._ids import boot_id, new_token
 from ..errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
+from ..journal.commands import Command
+from ..journal.protocol import Durability
+from ..journal.records import Event
+from ._client import ClientSide as _ClientSide
 from ._writer import Writer
-from .records import Event
 from .sqlite_tx import SqliteTx
 
 __all__ = ["SqliteStore"]
@@ -72,6 +76,9 @@ def _statements(script: str) -> list[str]:
 
 
 SCHEMA_VERSION = max(v for v, _ in _migrations())
+
+#: Pauses between tries of the owner's lock before a second owner is refused (None: give up).
+_LOCK_PAUSES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, None)
 
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
@@ -221,6 +228,8 @@ class SqliteStore:
         self._next_sequence = 1
         self._reserved_through = 0
         self._reserving: int | None = None
+        self._data_version = -1
+        self._client: _ClientSide | None = None
         self.open_info: OpenInfo | None = None
 
     def __repr__(self) -> str:
@@ -332,7 +341,14 @@ class SqliteStore:
                 "file and its folder are readable and writable by this process"
             ) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for pause in _LOCK_PAUSES:  # a client applying a command holds it for milliseconds
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if pause is None:
+                        raise
+                    time.sleep(pause)
         except OSError as exc:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
@@ -455,21 +471,32 @@ class SqliteStore:
         row = conn.execute("SELECT schema_version FROM stead_meta").fetchone()
         return int(row[0]) if row else 0
 
-    def submit(
-        self,
-        fn: Callable[[SqliteTx], T],
-        *,
-        barrier: bool = False,
-        read_only: bool = False,
-        checked: bool = True,
-        lazy: bool = False,
+    def transact(
+        self, fn: Callable[[SqliteTx], T], *, durability: Durability = "commit"
     ) -> asyncio.Future[T]:
-        """Queue a transaction job on the writer (see ``_writer.Writer.submit``)."""
+        """Queue ``fn(tx)`` on the writer; the future resolves once it is committed (and, for a
+        ``barrier``, on disk). A ``lazy`` transaction is one nobody waits for: it shares the next
+        commit, has no savepoint of its own, and its failure poisons the store."""
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
-        return self._writer.submit(
-            fn, barrier=barrier, read_only=read_only, checked=checked, lazy=lazy
-        )
+        lazy = durability == "lazy"
+        return self._writer.submit(fn, barrier=durability == "barrier", checked=not lazy, lazy=lazy)
+
+    def read(self, fn: Callable[[SqliteTx], T]) -> asyncio.Future[T]:
+        """Queue a read on the owner's connection (it sees every commit before it)."""
+        if self._writer is None:
+            raise StorageError(f"{self!r} is not open; open it with App.open(store)")
+        return self._writer.submit(fn, read_only=True)
+
+    def changed_elsewhere(self) -> asyncio.Future[bool]:
+        """Whether another process committed to the file since the last call (a command
+        posted to the inbox, say): ``PRAGMA data_version``, which costs no disk access."""
+        return self.read(self._data_version_moved)
+
+    def _data_version_moved(self, tx: SqliteTx) -> bool:
+        version = int(tx.conn.execute("PRAGMA data_version").fetchone()[0])
+        moved, self._data_version = version != self._data_version, version
+        return moved
 
     def _sync_wal(self) -> None:
         """Flush the WAL to disk: every commit so far becomes durable (runs on a thread); then
@@ -544,6 +571,45 @@ class SqliteStore:
                 os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
                 self._lock_fd = None
 
+    # -- the client side: a process that does not own the file ------------------------------
+
+    def client_open(self) -> None:
+        """Open this store for a :class:`~stead.Client` (blocking): a connection that reads,
+        posts commands to the owner, or applies them when no runtime owns the file."""
+        if self._client is None:
+            if self.memory:
+                raise ValidationError(
+                    "a stead.Client cannot open ':memory:': an in-memory database belongs to "
+                    "its runtime; use the runtime's own methods"
+                )
+            self._client = _ClientSide(self)
+
+    def client_close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def client_read(self, fn: Callable[[SqliteTx], T]) -> T:
+        self.client_open()
+        assert self._client is not None
+        return self._client.read(fn)
+
+    async def client_command(self, command: Command, *, timeout: float) -> object:
+        self.client_open()
+        assert self._client is not None
+        return await self._client.command(command, timeout=timeout)
+
+    def try_lock(self) -> int | None:
+        """The owner's lock if nobody holds it (its descriptor; closing it releases the lock),
+        else ``None``."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
     # -- the writer's backend ----------------------------------------------------------------
 
     def begin(self) -> SqliteTx:
@@ -596,7 +662,7 @@ class SqliteStore:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
-    def read(self) -> SqliteTx:
+    def reader(self) -> SqliteTx:
         assert self._conn is not None
         return SqliteTx(self._conn, self.clock, self._next_sequence, False, read_only=True)
 

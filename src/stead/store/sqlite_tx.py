@@ -10,7 +10,10 @@ from typing import Any
 
 from .._clock import Clock, iso
 from .._json import JSON, digest_text, dumps, loads
-from .records import (
+from ..journal.events import Payload
+from ..journal.keys import history_node
+from ..journal.protocol import InboxRow
+from ..journal.records import (
     RUNNABLE_STATUSES,
     Event,
     Interaction,
@@ -505,8 +508,9 @@ class SqliteTx:
 
     # -- events ------------------------------------------------------------------------------
 
-    def append_event(self, run_id: str, kind: str, data: JSON) -> Event:
+    def append_event(self, run_id: str, payload: Payload) -> Event:
         now = self.now()
+        kind, data = payload.event_kind, payload.data()
         sequence = self.next_sequence
         self.conn.execute(
             "INSERT INTO stead_events (sequence, run_id, kind, data, created_at) "
@@ -594,9 +598,36 @@ class SqliteTx:
             bodies.append(body)
         return bodies
 
+    # -- the inbox ---------------------------------------------------------------------------
 
-def history_node(previous: str | None, message_digest: str) -> str:
-    return digest_text(f"{previous or ''}:{message_digest}")
+    def post_command(self, command: JSON) -> int:
+        cursor = self.conn.execute(
+            "INSERT INTO stead_inbox (command, status, posted_at) VALUES (?, 'posted', ?)",
+            (dumps(command), self.stamp()),
+        )
+        assert cursor.lastrowid is not None
+        return int(cursor.lastrowid)
+
+    def posted_commands(self, limit: int) -> list[InboxRow]:
+        rows = self.conn.execute(
+            "SELECT id, command, status, answer FROM stead_inbox WHERE status = 'posted' "
+            "ORDER BY id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [(row[0], loads(row[1]), row[2], _load(row[3])) for row in rows]
+
+    def answer_command(self, command_id: int, status: str, answer: JSON) -> None:
+        self.conn.execute(
+            "UPDATE stead_inbox SET status = ?, answer = ?, applied_at = ? "
+            "WHERE id = ? AND status = 'posted'",
+            (status, dumps(answer), self.stamp(), command_id),
+        )
+
+    def get_command(self, command_id: int) -> InboxRow | None:
+        row = self.conn.execute(
+            "SELECT id, command, status, answer FROM stead_inbox WHERE id = ?", (command_id,)
+        ).fetchone()
+        return (row[0], loads(row[1]), row[2], _load(row[3])) if row else None
 
 
 __all__ = ["SqliteTx", "history_node"]

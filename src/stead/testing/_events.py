@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..store.records import Event
+from ..journal.records import Event
 
 __all__ = ["fold_text"]
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .._json import JSON, dumps, loads
+from ..journal.keys import model_turn, tool_key
+from ..journal.protocol import Tx
+from ..journal.records import Interaction, Operation, Run, RunStatus, outcome_history
 from ..messages import (
     AssistantMessage,
     Message,
@@ -16,9 +19,7 @@ from ..messages import (
     UserMessage,
     message_from_json,
 )
-from ..models.pricing import Price
-from ..store.records import Interaction, Operation, Run, RunStatus
-from ..store.sqlite_tx import SqliteTx
+from ..models.pricing import Price, cost_usd
 
 __all__ = ["Checkpoint", "build_checkpoint"]
 
@@ -41,17 +42,16 @@ class Checkpoint:
 
 
 def build_checkpoint(
-    tx: SqliteTx,
+    tx: Tx,
     run: Run,
     operations: Sequence[Operation],
     prices: Mapping[str, Price] | None = None,
 ) -> Checkpoint:
-    from ..models.pricing import cost_usd
-
+    """Read the view from a transaction: the run's messages come from the history chain and
+    the blobs its model operations refer to."""
     messages: list[Message] = []
     if run.status == RunStatus.COMPLETED and run.outcome is not None:
-        reference = run.outcome["messages"]
-        bodies = tx.history(reference["head"], reference["length"])
+        bodies = tx.history(*outcome_history(run.outcome))
         messages = [message_from_json(loads(body)) for body in bodies]
     else:
         bodies = tx.history(run.history_head, run.history_length or 0)
@@ -75,11 +75,12 @@ def build_checkpoint(
         if run.status == RunStatus.COMPLETED:
             continue
         message = message_from_json(loads(tx.get_blob(op.result["message"])))
-        assert isinstance(message, AssistantMessage)
+        if not isinstance(message, AssistantMessage):  # pragma: no cover - a damaged journal
+            continue
         messages.append(message)
-        turn = op.key.split(":", 1)[1]
+        turn = model_turn(op.key)
         for call in message.tool_calls:
-            done = tools.get(f"tool:{turn}:{call.id}")
+            done = tools.get(tool_key(turn, call.id or ""))
             if done is not None and isinstance(done.result, dict):
                 output = done.result["output"]
                 messages.append(

@@ -9,7 +9,18 @@ from typing import Literal
 
 from .._json import JSON
 
-__all__ = ["Event", "Interaction", "Operation", "Recovery", "Run", "RunStatus"]
+__all__ = [
+    "Event",
+    "HistoryNode",
+    "Interaction",
+    "Operation",
+    "Recovery",
+    "Run",
+    "RunStatus",
+    "Writes",
+    "outcome_history",
+    "outcome_record",
+]
 
 Recovery = Literal["safe", "idempotent", "manual"]
 RECOVERY_POLICIES: tuple[Recovery, ...] = ("safe", "idempotent", "manual")
@@ -34,9 +45,41 @@ class RunStatus(StrEnum):
 
 
 _TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-TERMINAL_STATUSES: tuple[str, ...] = ("completed", "failed", "cancelled")
-#: Statuses the scheduler may start or continue.
+#: Statuses the scheduler may start or continue: on a store with one owner, ``running`` is a
+#: claim its previous owner lost when it stopped.
 RUNNABLE_STATUSES: tuple[str, ...] = ("queued", "pending", "running")
+
+#: A node of the history chain: (node hash, previous node hash, message blob hash).
+HistoryNode = tuple[str, str | None, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Writes:
+    """Rows a transition writes beside its own: content blobs (stored once by hash), history
+    nodes, and the run's usage total."""
+
+    blobs: tuple[str, ...] = ()
+    history: tuple[HistoryNode, ...] = ()
+    usage: JSON | None = None
+
+
+def outcome_record(
+    *, output: JSON, head: str | None, length: int, history_length: int, usage: JSON
+) -> dict[str, JSON]:
+    """A completed run's outcome: its output, its messages as a history reference (the
+    session's history for the next run), where this run's own messages start, its usage."""
+    return {
+        "output": output,
+        "messages": {"head": head, "length": length},
+        "history_length": history_length,
+        "usage": usage,
+    }
+
+
+def outcome_history(outcome: JSON) -> tuple[str | None, int]:
+    """The history reference of an outcome written by :func:`outcome_record`."""
+    messages = outcome["messages"]
+    return messages["head"], int(messages["length"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,446 @@
+"""Client: act on the runs of a store from any process.
+
+A :class:`Client` needs no :class:`~stead.App` and never executes anything. It reads the journal
+(reads never block the owner: WAL) and changes runs with commands — respond, resolve, retry,
+cancel, fork. On a SQLite file owned by a live runtime, a command is posted to the file's inbox
+and the owner applies it with the same transition it uses in-process; the call returns once it is
+applied, with the same result or error it would give in-process. With no live owner, the client
+applies the command itself, holding the owner's lock meanwhile so no runtime starts under it.
+
+:class:`~stead.Runtime` is a Client too: the same methods, applied directly by the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from ._ids import new_id
+from ._json import NotJSONError, dumps, loads, to_json
+from .agent.checkpoint import build_checkpoint
+from .agent.interactions import Answer, Approve, Deny, Response
+from .errors import (
+    LimitError,
+    NotFoundError,
+    RunCancelled,
+    RunFailed,
+    RuntimeClosedError,
+    ValidationError,
+)
+from .handle import RunHandle, RunOutcome, RunPage, Snapshot
+from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry
+from .journal.protocol import Tx
+from .journal.records import Event, Interaction, Run, RunStatus, outcome_history
+from .messages import Usage, message_from_json
+from .models.pricing import Price
+from .runtime.limits import Limits, require_id, require_text
+from .store.sqlite import SqliteStore
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+
+#: Events read per page when a subscriber catches up.
+EVENT_PAGE = 500
+#: How often a client looks for changes written by another process.
+POLL_INTERVAL = 0.05
+
+
+class Client:
+    """Acts on the runs of ``store`` from any process (see the module docstring).
+
+    ``command_timeout`` bounds how long a command waits for a live owner to apply it; past it
+    the call raises :class:`TimeoutError` naming the command, which stays in the inbox and is
+    applied when the owner (or the next one) gets to it.
+    """
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        *,
+        command_timeout: float = 10.0,
+        prices: Mapping[str, Price] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if not isinstance(store, SqliteStore):
+            raise ValidationError(
+                f"a stead client needs a stead store such as stead.SqliteStore(path), got {store!r}"
+            )
+        if (
+            isinstance(command_timeout, bool)
+            or not isinstance(command_timeout, int | float)
+            or not 0 < command_timeout < float("inf")
+        ):
+            raise ValidationError(
+                f"command_timeout must be a positive number of seconds, got {command_timeout!r}"
+            )
+        self.store = store
+        self.command_timeout = float(command_timeout)
+        self.prices = prices
+        self.limits = limits or Limits()
+        self._closed = False
+        self._opened = False
+
+    def __repr__(self) -> str:
+        return f"<stead Client on {self.store!r}>"
+
+    async def __aenter__(self) -> Self:
+        await self._connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _connect(self) -> None:
+        """Check that the store holds a stead journal this stead can read."""
+        if not self._opened:
+            await asyncio.to_thread(self.store.client_open)
+            self._opened = True
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await asyncio.to_thread(self.store.client_close)
+
+    # -- the hooks a Runtime replaces --------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._closed:
+            raise RuntimeClosedError(f"this client of {self.store!r} is closed; open a new one")
+
+    async def _read(self, fn: Callable[[Tx], T]) -> T:
+        self._check()
+        await self._connect()
+        return await asyncio.to_thread(self.store.client_read, fn)
+
+    async def _apply(self, command: Command) -> Any:
+        """Apply ``command``: through the owner's inbox, or here when no runtime owns the store."""
+        self._check()
+        await self._connect()
+        return await self.store.client_command(command, timeout=self.command_timeout)
+
+    def _subscribe(self, run_id: str) -> _Poll:
+        """Something that wakes when the run may have new events (here: polling the file)."""
+        return _Poll()
+
+    async def _settled(self, run_id: str) -> None:
+        """Returns once the run may have become terminal."""
+        await asyncio.sleep(POLL_INTERVAL)
+
+    def _prices(self) -> Mapping[str, Price] | None:
+        return self.prices
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunHandle:
+        """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""
+        self._check()
+        return RunHandle(self, require_id("run_id", run_id))
+
+    async def run_record(self, run_id: str) -> Run:
+        """The record of run ``run_id``."""
+        require_id("run_id", run_id)
+        run = await self._read(lambda tx: tx.get_run(run_id))
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+        return run
+
+    async def list_runs(
+        self,
+        *,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        status: str | RunStatus | list[str] | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """Runs, newest first, filtered; pass ``page.next_cursor`` as ``after`` for more."""
+        self._check()
+        if session_id is not None:
+            require_id("session_id", session_id)
+        if agent_id is not None:
+            require_id("agent_id", agent_id)
+        _require_limit(limit)
+        statuses: list[str] | None = None
+        if status is not None:
+            raw = [status] if isinstance(status, str) else list(status)
+            try:
+                statuses = [RunStatus(s).value for s in raw]
+            except ValueError:
+                raise ValidationError(
+                    f"unknown status in {raw!r}; statuses are "
+                    f"{', '.join(s.value for s in RunStatus)}"
+                ) from None
+        before: int | None = None
+        if after is not None:
+            if (
+                not isinstance(after, str)
+                or not after.isascii()
+                or not after.isdigit()
+                or len(after) > 18
+            ):
+                raise ValidationError(f"after must be a cursor from a previous page, got {after!r}")
+            before = int(after)
+        runs = await self._read(
+            lambda tx: tx.list_runs(
+                session_id=session_id,
+                agent_id=agent_id,
+                statuses=statuses,
+                before_number=before,
+                limit=limit + 1,
+            )
+        )
+        more = len(runs) > limit
+        runs = runs[:limit]
+        return RunPage(runs=runs, next_cursor=str(runs[-1].number) if more else None)
+
+    async def snapshot(self, run_id: str) -> Snapshot:
+        """A consistent view of a run: record, operations, event cursor, checkpoint view."""
+        require_id("run_id", run_id)
+        prices = self._prices()
+
+        def read(tx: Tx) -> Snapshot | None:
+            run = tx.get_run(run_id)
+            if run is None:
+                return None
+            operations = tx.operations(run_id)
+            return Snapshot(
+                run=run,
+                operations=operations,
+                cursor=tx.last_sequence(run_id),
+                checkpoint=build_checkpoint(tx, run, operations, prices),
+            )
+
+        snapshot = await self._read(read)
+        if snapshot is None:
+            raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+        return snapshot
+
+    async def events(self, run_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """The run's events after sequence ``after``: persisted ones, then live ones as they
+        commit, ending after the run's terminal status event."""
+        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
+            raise ValidationError(f"after must be an event sequence >= 0, got {after!r}")
+        await self.run_record(run_id)
+        cursor = after
+        subscription = self._subscribe(run_id)
+        try:
+            while True:
+                page = await self._read(_events_after(run_id, cursor, EVENT_PAGE))
+                for event in page:
+                    cursor = event.sequence
+                    yield event
+                    if _is_terminal(event):
+                        return
+                if len(page) == EVENT_PAGE:
+                    continue
+                if not page and (await self.run_record(run_id)).status.terminal:
+                    # Its terminal status event committed with the status: read up to it.
+                    tail = await self._read(_events_after(run_id, cursor, 2**31))
+                    for event in tail:
+                        yield event
+                    return
+                await subscription.wait()
+        finally:
+            subscription.close()
+
+    async def result(self, run_id: str, timeout: float | None = None) -> RunOutcome:
+        """Wait until the run is terminal (see :meth:`RunHandle.result`)."""
+        require_id("run_id", run_id)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout < float("inf")
+        ):
+            raise ValidationError(
+                f"timeout must be a number of seconds >= 0 or None, got {timeout!r}"
+            )
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._await_outcome(run_id)
+        except TimeoutError:
+            raise TimeoutError(
+                f"run {run_id} did not end within {timeout:g}s; it goes on — call result() "
+                "again to keep waiting"
+            ) from None
+
+    async def _await_outcome(self, run_id: str) -> RunOutcome:
+        while True:
+            found = await self._read(lambda tx: _read_outcome(tx, run_id))
+            if found is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            run, bodies = found
+            if run.status.terminal:
+                return _outcome(run, bodies)
+            await self._settled(run_id)
+
+    # -- interactions ------------------------------------------------------------------------
+
+    async def list_interactions(
+        self,
+        *,
+        status: str | None = "pending",
+        session_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Interaction]:
+        """Interactions, oldest first: by default the pending ones (the approval queue)."""
+        self._check()
+        if status not in (None, "pending", "responded", "cancelled"):
+            raise ValidationError(
+                f"status must be 'pending', 'responded', 'cancelled' or None, not {status!r}"
+            )
+        _require_limit(limit)
+        if session_id is not None:
+            require_id("session_id", session_id)
+        if run_id is not None:
+            require_id("run_id", run_id)
+        return await self._read(
+            lambda tx: tx.list_interactions(
+                status=status, session_id=session_id, run_id=run_id, limit=limit
+            )
+        )
+
+    async def respond(
+        self, interaction_id: str, response: Response, *, run_id: str | None = None
+    ) -> None:
+        """Answer an interaction, exactly once: the same response again is a no-op, a different
+        one raises :class:`ConflictError`. The run continues once all its interactions are
+        answered. ``run_id`` checks that the interaction belongs to that run."""
+        self._check()
+        require_id("interaction_id", interaction_id)
+        if not isinstance(response, Approve | Deny | Answer):
+            raise ValidationError(
+                f"respond() takes stead.Approve, stead.Deny or stead.Answer, got {response!r}"
+            )
+        if run_id is not None:
+            found = await self._read(lambda tx: tx.get_interaction(interaction_id))
+            if found is None or found.run_id != run_id:
+                raise NotFoundError(f"run {run_id} has no interaction {interaction_id!r}")
+        await self._apply(Respond(interaction_id=interaction_id, response=response.to_json()))
+
+    # -- operator commands -------------------------------------------------------------------
+
+    async def resolve(self, run_id: str, key: str, output: Any) -> None:
+        """Supply the result of the operation a needs_attention run names."""
+        self._check()
+        require_id("run_id", run_id)
+        require_id("operation_key", key)
+        try:
+            value = to_json(output)
+        except NotJSONError as exc:
+            raise ValidationError(
+                f"resolve({key!r}) of run {run_id}: output must be JSON ({exc})"
+            ) from None
+        size = len(dumps({"output": value, "failed": False, "error": None}).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"resolve({key!r}) of run {run_id}: output is {size} bytes, over "
+                f"max_payload_bytes ({self.limits.max_payload_bytes})"
+            )
+        await self._apply(Resolve(run_id=run_id, key=key, output=value))
+
+    async def retry(self, run_id: str) -> None:
+        """Continue a failed or needs_attention run, keeping every committed result."""
+        self._check()
+        await self._apply(Retry(run_id=require_id("run_id", run_id)))
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> None:
+        """Cancel the run (terminal; never restarted)."""
+        self._check()
+        require_id("run_id", run_id)
+        if reason is not None:
+            require_text("reason", reason, blank=True)
+        await self._apply(Cancel(run_id=run_id, reason=reason))
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        before: str,
+        session_id: str | None = None,
+        request_id: str | None = None,
+        version: str | None = None,
+    ) -> RunHandle:
+        """Start a new run that reuses every committed operation of ``run_id`` positioned before
+        the operation ``before`` and continues from there on the registered code (the latest
+        version of the agent unless ``version`` is given) — to debug an agent, or to try a new
+        prompt or model from the middle of a real conversation.
+
+        The fork runs in a new session unless ``session_id`` is given; forking the same point
+        again with the default ids returns the same fork.
+        """
+        self._check()
+        require_id("run_id", run_id)
+        require_id("before", before)
+        fork_session = session_id or f"fork:{run_id}:{before}"
+        fork_request = request_id or f"fork:{run_id}:{before}"
+        require_id("session_id", fork_session)
+        require_id("request_id", fork_request)
+        if version is not None:
+            require_id("version", version)
+        answer = await self._apply(
+            Fork(
+                run_id=run_id,
+                before=before,
+                new_run_id=new_id("run"),
+                session_id=fork_session,
+                request_id=fork_request,
+                version=version,
+            )
+        )
+        return RunHandle(self, answer["run_id"])
+
+
+class _Poll:
+    async def wait(self) -> None:
+        await asyncio.sleep(POLL_INTERVAL)
+
+    def close(self) -> None:
+        pass
+
+
+def _events_after(run_id: str, after: int, limit: int) -> Callable[[Tx], list[Event]]:
+    return lambda tx: tx.events_after(run_id, after, limit)
+
+
+def _require_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+
+
+def _read_outcome(tx: Tx, run_id: str) -> tuple[Run, list[str]] | None:
+    run = tx.get_run(run_id)
+    if run is None:
+        return None
+    if run.status != RunStatus.COMPLETED or run.outcome is None:
+        return run, []
+    return run, tx.history(*outcome_history(run.outcome))
+
+
+def _outcome(run: Run, bodies: list[str]) -> RunOutcome:
+    if run.status == RunStatus.FAILED:
+        raise RunFailed(
+            run.id, (run.error or {}).get("reason", "unknown reason"), run.error_kind or "error"
+        )
+    if run.status == RunStatus.CANCELLED:
+        raise RunCancelled(run.id, (run.error or {}).get("reason"))
+    outcome = run.outcome or {}
+    messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"] :]]
+    return RunOutcome(
+        run_id=run.id,
+        output=outcome["output"],
+        messages=messages,
+        usage=Usage.from_json(outcome.get("usage")),
+    )
+
+
+def _is_terminal(event: Event) -> bool:
+    return event.kind == "status" and RunStatus(event.data["status"]).terminal

@@ -1,0 +1,110 @@
+"""Commands: requests to change a run from outside it, as serializable data.
+
+The same object whether it comes from Python, the CLI, HTTP or an inbox row (DESIGN §2): a
+process that does not own the store posts it, the owner applies it with the same transition it
+uses in-process (:func:`stead.journal.transitions.apply`), and the answer travels back as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from .._json import JSON
+from ..errors import ValidationError
+
+__all__ = [
+    "Cancel",
+    "Command",
+    "Fork",
+    "Resolve",
+    "Respond",
+    "Retry",
+    "command_from_json",
+    "command_to_json",
+    "describe",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Answer an interaction: ``response`` is the JSON of an Approve, Deny or Answer."""
+
+    interaction_id: str
+    response: dict[str, JSON]
+    name: Literal["respond"] = "respond"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolve:
+    """Supply the result of the operation a needs_attention run names."""
+
+    run_id: str
+    key: str
+    output: JSON
+    name: Literal["resolve"] = "resolve"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Continue a failed or needs_attention run (an interrupted operation runs again)."""
+
+    run_id: str
+    name: Literal["retry"] = "retry"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    run_id: str
+    reason: str | None = None
+    name: Literal["cancel"] = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """Start a run reusing ``run_id``'s journal before operation ``before``."""
+
+    run_id: str
+    before: str
+    new_run_id: str
+    session_id: str
+    request_id: str
+    version: str | None = None
+    name: Literal["fork"] = "fork"
+
+
+Command = Respond | Resolve | Retry | Cancel | Fork
+
+_BY_NAME: dict[str, type[Any]] = {
+    "respond": Respond,
+    "resolve": Resolve,
+    "retry": Retry,
+    "cancel": Cancel,
+    "fork": Fork,
+}
+
+
+def command_to_json(command: Command) -> dict[str, JSON]:
+    return asdict(command)
+
+
+def command_from_json(data: JSON) -> Command:
+    """The command an inbox row holds; :class:`ValidationError` for anything else."""
+    if not isinstance(data, dict) or data.get("name") not in _BY_NAME:
+        raise ValidationError(f"not a stead command: {data!r}")
+    try:
+        command: Command = _BY_NAME[data["name"]](**data)
+    except TypeError as exc:
+        raise ValidationError(f"malformed {data['name']} command ({exc}): {data!r}") from None
+    return command
+
+
+def describe(command: Command) -> str:
+    """A short human name for a command, for messages: ``respond(int_…)``."""
+    if isinstance(command, Respond):
+        return f"respond({command.interaction_id})"
+    if isinstance(command, Resolve):
+        return f"resolve({command.run_id}, {command.key})"
+    if isinstance(command, Fork):
+        return f"fork({command.run_id}, before={command.before})"
+    return f"{command.name}({command.run_id})"

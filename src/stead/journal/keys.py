@@ -1,0 +1,56 @@
+"""Deterministic keys: how a run names its operations, interactions and history nodes.
+
+A key is the same every time a run replays (DESIGN §3), so a committed result is found again by
+it. Keys are built only here.
+"""
+
+from __future__ import annotations
+
+from .._json import digest_text
+
+__all__ = [
+    "approval_key",
+    "budget_key",
+    "history_node",
+    "interaction_id",
+    "model_key",
+    "model_turn",
+    "operation_id",
+    "tool_key",
+]
+
+
+def model_key(turn: int) -> str:
+    return f"model:{turn}"
+
+
+def model_turn(key: str) -> int:
+    """The turn of a :func:`model_key`."""
+    return int(key.split(":", 1)[1])
+
+
+def tool_key(turn: int, call_id: str) -> str:
+    return f"tool:{turn}:{call_id}"
+
+
+def approval_key(turn: int, call_id: str) -> str:
+    return f"approval:{turn}:{call_id}"
+
+
+def budget_key(turn: int) -> str:
+    return f"budget:{turn}"
+
+
+def operation_id(run_id: str, key: str) -> str:
+    """The id handed to external services as an idempotency key: ``"<run_id>/<key>"``."""
+    return f"{run_id}/{key}"
+
+
+def interaction_id(run_id: str, key: str) -> str:
+    """Stable across restarts: the same gated call always has the same interaction id."""
+    return "int_" + digest_text(f"{run_id}/{key}")[:24]
+
+
+def history_node(previous: str | None, message_digest: str) -> str:
+    """A node of the content-addressed history chain: a message after a prefix."""
+    return digest_text(f"{previous or ''}:{message_digest}")

@@ -1,0 +1,141 @@
+"""The store seam: what a backend implements so the runtime and the client can use it.
+
+Two halves. :class:`Store` owns the transaction lifecycle and durability — group commit, the
+disk barriers, ownership — and hands out transactions. :class:`Tx` is typed row operations
+only, with no business rules: every rule lives once, in :mod:`stead.journal.transitions`,
+written against this protocol, so a second backend implements rows, not rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol, TypeVar
+
+from .._clock import Clock
+from .._json import JSON
+from .events import Payload
+from .records import Event, HistoryNode, Interaction, Operation, Recovery, Run, RunStatus
+
+__all__ = ["Durability", "HistoryNode", "InboxRow", "Store", "Tx"]
+
+T = TypeVar("T")
+
+#: How durable a transaction must be before its caller hears back:
+#: ``lazy`` — nobody waits; it shares the next commit (order is kept); a failure poisons.
+#: ``commit`` — committed (a process crash cannot lose it); the caller gets its answer.
+#: ``barrier`` — on disk (an OS crash cannot lose it): before a side effect or an acknowledgement.
+Durability = Literal["lazy", "commit", "barrier"]
+
+#: An inbox row: (id, command JSON, status, answer JSON).
+InboxRow = tuple[int, JSON, str, JSON]
+
+
+class Tx(Protocol):
+    """One transaction (or read) on a store: row operations, no rules."""
+
+    def now(self) -> datetime: ...
+
+    # -- runs
+    def get_run(self, run_id: str) -> Run | None: ...
+    def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None: ...
+    def unfinished_in_session(self, session_id: str) -> Run | None: ...
+    def later_started(self, run: Run) -> Run | None: ...
+    def latest_completed(self, session_id: str, before: int) -> Run | None: ...
+    def insert_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        request_id: str,
+        kind: str,
+        agent_id: str,
+        version: str,
+        status: RunStatus,
+        input: JSON,
+        submission_digest: str,
+    ) -> Run: ...
+    def update_run(self, run_id: str, **fields: Any) -> None: ...
+    def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]: ...
+    def next_wakeup(self) -> datetime | None: ...
+    def list_runs(
+        self,
+        *,
+        session_id: str | None,
+        agent_id: str | None,
+        statuses: Sequence[str] | None,
+        before_number: int | None,
+        limit: int,
+    ) -> list[Run]: ...
+    def count_runs(self, statuses: Sequence[str]) -> int: ...
+
+    # -- operations
+    def operations(self, run_id: str) -> list[Operation]: ...
+    def get_operation(self, run_id: str, key: str) -> Operation | None: ...
+    def start_operation(
+        self,
+        *,
+        run_id: str,
+        key: str,
+        position: int,
+        kind: str,
+        recovery: Recovery,
+        input_hash: str,
+        input: JSON,
+    ) -> None: ...
+    def restart_operation(self, run_id: str, key: str, attempts: int) -> None: ...
+    def complete_operation(self, run_id: str, key: str, result: JSON) -> bool: ...
+    def order_rerun(self, run_id: str, key: str) -> None: ...
+    def copy_operations(self, source_run_id: str, target_run_id: str, before: int) -> int: ...
+    def delete_operation(self, run_id: str, key: str) -> None: ...
+    def reset_attempts(self, run_id: str) -> None: ...
+
+    # -- interactions
+    def insert_interaction(
+        self,
+        *,
+        interaction_id: str,
+        run_id: str,
+        key: str,
+        kind: str,
+        tool: str | None,
+        arguments: JSON,
+        digest: str,
+        payload: JSON,
+    ) -> None: ...
+    def get_interaction(self, interaction_id: str) -> Interaction | None: ...
+    def run_interactions(self, run_id: str) -> list[Interaction]: ...
+    def list_interactions(
+        self, *, status: str | None, session_id: str | None, run_id: str | None, limit: int
+    ) -> list[Interaction]: ...
+    def respond_interaction(self, interaction_id: str, response: JSON) -> None: ...
+    def cancel_interactions(self, run_id: str) -> None: ...
+    def pending_interactions(self, run_id: str) -> int: ...
+
+    # -- events
+    def append_event(self, run_id: str, payload: Payload) -> Event: ...
+    def events_after(self, run_id: str | None, after: int, limit: int) -> list[Event]: ...
+    def last_sequence(self, run_id: str) -> int: ...
+
+    # -- blobs and histories
+    def put_blob(self, body: str) -> str: ...
+    def get_blob(self, digest: str) -> str: ...
+    def put_history(self, nodes: Sequence[HistoryNode]) -> None: ...
+    def history(self, head: str | None, length: int) -> list[str]: ...
+
+    # -- the inbox of a store with one owner
+    def post_command(self, command: JSON) -> int: ...
+    def posted_commands(self, limit: int) -> list[InboxRow]: ...
+    def answer_command(self, command_id: int, status: str, answer: JSON) -> None: ...
+    def get_command(self, command_id: int) -> InboxRow | None: ...
+
+
+class Store(Protocol):
+    """Where a journal is kept: transactions and their durability."""
+
+    clock: Clock
+
+    def transact(
+        self, fn: Callable[[Any], T], *, durability: Durability = "commit"
+    ) -> Awaitable[T]: ...
+    def read(self, fn: Callable[[Any], T]) -> Awaitable[T]: ...

@@ -1,0 +1,604 @@
+"""Every state change of a run, operation or interaction, written once against :class:`Tx`.
+
+Each transition reads what the journal holds, validates against it, then writes — rows and the
+event that reports them, in one transaction. A :class:`~stead.errors.SteadError` raised before
+writing is the caller's answer and nothing of the transition is kept. The runtime applies these
+in-process; a store with one owner applies the commands other processes post with the same
+functions (:func:`apply`), so a decision means the same thing wherever it comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from .._clock import iso
+from .._json import JSON, digest, storable_text
+from ..errors import ConflictError, LimitError, NotFoundError, StorageError, ValidationError
+from .commands import Cancel, Command, Fork, Resolve, Respond, Retry
+from .events import (
+    InteractionRequested,
+    InteractionResponded,
+    Payload,
+    StatusChanged,
+    Submitted,
+    ToolCompleted,
+)
+from .protocol import Tx
+from .records import (
+    RUNNABLE_STATUSES,
+    Event,
+    Interaction,
+    Operation,
+    Recovery,
+    Run,
+    RunStatus,
+    Writes,
+    outcome_history,
+)
+
+__all__ = [
+    "Begun",
+    "apply",
+    "begin",
+    "cancel",
+    "complete",
+    "emit",
+    "finish_operation",
+    "fork",
+    "park",
+    "request_interaction",
+    "resolve",
+    "respond",
+    "restart_operation",
+    "retry",
+    "start_operation",
+    "stop",
+    "submit",
+]
+
+#: Resolves the version a new run of an agent is pinned to (``None``: the latest registered);
+#: raises :class:`NotFoundError` when there is no such agent or version.
+VersionOf = Callable[[str, str | None], str]
+
+
+def _run(tx: Tx, run_id: str) -> Run:
+    run = tx.get_run(run_id)
+    if run is None:
+        raise NotFoundError(f"no run {run_id!r}; list_runs() or `stead runs list` shows the runs")
+    return run
+
+
+def _pending(tx: Tx, run_id: str, **why: JSON) -> None:
+    """The run is ready to continue: the scheduler starts it when its session allows."""
+    tx.update_run(
+        run_id,
+        status=RunStatus.PENDING,
+        error=None,
+        error_kind=None,
+        attention_key=None,
+        finished_at=None,
+        next_attempt_at=None,
+    )
+    tx.append_event(run_id, StatusChanged(status="pending", **why))
+
+
+def _write(tx: Tx, writes: Writes | None, run_id: str) -> None:
+    if writes is None:
+        return
+    for body in writes.blobs:
+        tx.put_blob(body)
+    if writes.history:
+        tx.put_history(writes.history)
+    if writes.usage is not None:
+        tx.update_run(run_id, usage=writes.usage)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def existing_submission(tx: Tx, session_id: str, request_id: str, submission: str) -> str | None:
+    """The run an identical earlier submission created; a different one is a conflict."""
+    found = tx.find_request(session_id, request_id)
+    if found is None:
+        return None
+    existing, existing_digest = found
+    if existing_digest != submission:
+        raise ConflictError(
+            f"request {request_id!r} of session {session_id!r} already belongs to run "
+            f"{existing.id} with a different submission; use a new request_id for new work"
+        )
+    return existing.id
+
+
+def submit(
+    tx: Tx,
+    *,
+    run_id: str,
+    session_id: str,
+    request_id: str,
+    agent_id: str,
+    version: str,
+    input: JSON,
+    submission: str,
+    enqueue: bool,
+    max_pending: int | None,
+) -> tuple[str, bool]:
+    """Insert a run (or find the identical earlier submission); True when it is ready."""
+    existing = existing_submission(tx, session_id, request_id, submission)
+    if existing is not None:
+        return existing, False
+    taken = tx.get_run(run_id)
+    if taken is not None:
+        raise ConflictError(
+            f"run id {run_id!r} is taken by session {taken.session_id!r} request "
+            f"{taken.request_id!r}; choose another run_id"
+        )
+    busy = tx.unfinished_in_session(session_id)
+    if busy is not None and not enqueue:
+        raise ConflictError(
+            f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "
+            "wait for it, or pass enqueue=True to queue this run behind it"
+        )
+    if max_pending is not None:
+        pending = tx.count_runs([s.value for s in RunStatus if not s.terminal])
+        if pending >= max_pending:
+            raise LimitError(
+                f"max_pending_runs ({max_pending}) reached; request "
+                f"{request_id!r} was not accepted, try again later"
+            )
+    status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
+    tx.insert_run(
+        run_id=run_id,
+        session_id=session_id,
+        request_id=request_id,
+        kind="agent",
+        agent_id=agent_id,
+        version=version,
+        status=status,
+        input=input,
+        submission_digest=submission,
+    )
+    tx.append_event(
+        run_id,
+        Submitted(
+            agent_id=agent_id,
+            version=version,
+            session_id=session_id,
+            request_id=request_id,
+            status=status.value,
+        ),
+    )
+    return run_id, status == RunStatus.PENDING
+
+
+def fork(tx: Tx, command: Fork, version_of: VersionOf | None) -> tuple[str, bool]:
+    """A new run reusing the completed operations of ``command.run_id`` positioned before
+    ``command.before``; forking the same point again with the same ids returns the same fork.
+    Without ``version_of`` (no registry at hand) the fork keeps the source's version unless
+    the command names one."""
+    source = _run(tx, command.run_id)
+    submission = digest({"kind": "fork", "source": command.run_id, "before": command.before})
+    existing = existing_submission(tx, command.session_id, command.request_id, submission)
+    if existing is not None:
+        return existing, False
+    op = tx.get_operation(command.run_id, command.before)
+    if op is None:
+        keys = ", ".join(o.key for o in tx.operations(command.run_id)) or "none"
+        raise NotFoundError(
+            f"run {command.run_id} has no operation {command.before!r}; its operations: {keys}"
+        )
+    if version_of is not None:
+        version = version_of(source.agent_id, command.version)
+    else:
+        version = command.version or source.version
+    busy = tx.unfinished_in_session(command.session_id)
+    if busy is not None:
+        raise ConflictError(
+            f"session {command.session_id!r} has unfinished run {busy.id}; fork into another "
+            "session"
+        )
+    tx.insert_run(
+        run_id=command.new_run_id,
+        session_id=command.session_id,
+        request_id=command.request_id,
+        kind=source.kind,
+        agent_id=source.agent_id,
+        version=version,
+        status=RunStatus.PENDING,
+        input=source.input,
+        submission_digest=submission,
+    )
+    tx.update_run(
+        command.new_run_id,
+        history_head=source.history_head,
+        history_length=source.history_length or 0,
+    )
+    copied = tx.copy_operations(command.run_id, command.new_run_id, op.position)
+    tx.append_event(
+        command.new_run_id,
+        Submitted(
+            agent_id=source.agent_id,
+            version=version,
+            session_id=command.session_id,
+            request_id=command.request_id,
+            status="pending",
+            forked_from=command.run_id,
+            before=command.before,
+            copied_operations=copied,
+        ),
+    )
+    return command.new_run_id, True
+
+
+def respond(tx: Tx, interaction_id: str, response: dict[str, JSON]) -> None:
+    """Record a person's response, once: the same again is a no-op, a different one a conflict.
+    Whatever the queue lists can be answered: for a run that is needs_attention or failed, the
+    decision applies when it continues."""
+    interaction = tx.get_interaction(interaction_id)
+    if interaction is None:
+        raise NotFoundError(
+            f"no interaction {interaction_id!r}; list_interactions() or `stead interactions "
+            "list` shows the pending ones"
+        )
+    expected = "stead.Answer" if interaction.kind == "question" else "stead.Approve or stead.Deny"
+    if (response.get("kind") == "answer") != (interaction.kind == "question"):
+        raise ValidationError(
+            f"interaction {interaction_id} is a {interaction.kind}; answer it with {expected}, "
+            f"not a response of kind {response.get('kind')!r}"
+        )
+    if interaction.status == "responded":
+        if interaction.response == response:
+            return
+        raise ConflictError(
+            f"interaction {interaction_id} ({interaction.key} of run {interaction.run_id}) was "
+            "already answered differently; a decision is recorded once"
+        )
+    if interaction.status == "cancelled":
+        raise ConflictError(
+            f"interaction {interaction_id} was cancelled with run {interaction.run_id}"
+        )
+    run = _run(tx, interaction.run_id)
+    if run.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        raise ConflictError(
+            f"run {run.id} already ended {run.status.value}; interaction {interaction_id} "
+            "can no longer be answered"
+        )
+    tx.respond_interaction(interaction_id, response)
+    tx.append_event(
+        run.id,
+        InteractionResponded(interaction_id=interaction_id, key=interaction.key, response=response),
+    )
+    if run.status == RunStatus.WAITING and not tx.pending_interactions(run.id):
+        _pending(tx, run.id)
+
+
+def resolve(tx: Tx, run_id: str, key: str, output: JSON) -> None:
+    """Supply by hand the result of the operation a needs_attention run names."""
+    run = _run(tx, run_id)
+    op = tx.get_operation(run_id, key)
+    if op is None:
+        keys = ", ".join(o.key for o in tx.operations(run_id)) or "none"
+        raise NotFoundError(f"run {run_id} has no operation {key!r}; its operations: {keys}")
+    result = {"output": output, "failed": False, "error": None, "resolved": True}
+    if op.status == "completed":
+        if op.result == result:
+            return  # the same resolution again
+        raise ConflictError(
+            f"operation {key!r} of run {run_id} already has a result; "
+            "a committed result is never replaced"
+        )
+    if run.status != RunStatus.NEEDS_ATTENTION or run.attention_key != key:
+        raise ConflictError(
+            f"run {run_id} is {run.status.value}, not needing attention at {key!r}"
+            + (f" (it needs attention at {run.attention_key!r})" if run.attention_key else "")
+            + "; only the operation a needs_attention run names can be resolved"
+        )
+    tx.complete_operation(run_id, key, result)
+    tx.append_event(
+        run_id,
+        ToolCompleted(
+            key=key,
+            tool=op.input.get("tool") if isinstance(op.input, dict) else None,
+            call_id=op.input.get("call_id") if isinstance(op.input, dict) else None,
+            failed=False,
+            output=output,
+            resolved=True,
+        ),
+    )
+    _pending(tx, run_id, resolved=key)
+
+
+def retry(tx: Tx, run_id: str) -> None:
+    """Continue a failed or needs_attention run; an interrupted operation is run again and
+    every interrupted operation gets a fresh attempt budget."""
+    run = _run(tx, run_id)
+    if run.status not in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION):
+        raise ConflictError(
+            f"run {run_id} is {run.status.value}; only failed and needs_attention runs can be "
+            "retried"
+        )
+    later = tx.later_started(run)
+    if later is not None:
+        raise ConflictError(
+            f"session {run.session_id!r} has moved on: run {later.id} started after {run_id}; "
+            "submit a new request instead"
+        )
+    if run.status == RunStatus.FAILED:
+        busy = tx.unfinished_in_session(run.session_id)
+        if busy is not None and busy.id != run_id:
+            raise ConflictError(
+                f"session {run.session_id!r} has unfinished run {busy.id}; retry {run_id} "
+                "after it ends"
+            )
+    if run.attention_key is not None:
+        tx.order_rerun(run_id, run.attention_key)
+    tx.reset_attempts(run_id)
+    _pending(tx, run_id, retried=True)
+
+
+def cancel(tx: Tx, run_id: str, reason: str | None) -> bool:
+    """End a run for good (never restarted); False if it was cancelled already."""
+    run = _run(tx, run_id)
+    if run.status == RunStatus.CANCELLED:
+        return False
+    if run.status.terminal:
+        raise ConflictError(
+            f"run {run_id} already ended {run.status.value}; it cannot be cancelled"
+        )
+    tx.update_run(
+        run_id,
+        status=RunStatus.CANCELLED,
+        error={"reason": reason or "cancelled", "operation": None, "kind": "cancelled"},
+        error_kind="cancelled",
+        finished_at=tx.now(),
+        next_attempt_at=None,
+    )
+    tx.cancel_interactions(run_id)
+    tx.append_event(run_id, StatusChanged(status="cancelled", reason=reason))
+    return True
+
+
+def apply(tx: Tx, command: Command, version_of: VersionOf | None) -> JSON:
+    """Apply a command the way the runtime does in-process; returns its JSON answer."""
+    if isinstance(command, Respond):
+        respond(tx, command.interaction_id, command.response)
+        return None
+    if isinstance(command, Resolve):
+        resolve(tx, command.run_id, command.key, command.output)
+        return None
+    if isinstance(command, Retry):
+        retry(tx, command.run_id)
+        return None
+    if isinstance(command, Cancel):
+        return cancel(tx, command.run_id, command.reason)
+    run_id, ready = fork(tx, command, version_of)
+    return {"run_id": run_id, "ready": ready}
+
+
+# -- execution ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What an execution starts from: the run, its journal, its session history."""
+
+    run: Run
+    operations: list[Operation]
+    interactions: list[Interaction]
+    history: list[str]
+
+
+def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | None:
+    """Claim a runnable run for execution (``running``) and read its journal; ``None`` if it
+    is not runnable. A run whose definition is not ``registered`` goes to needs_attention."""
+    current = tx.get_run(run_id)
+    if current is None:
+        return None
+    due = (
+        current.status == RunStatus.RETRY_WAIT
+        and current.next_attempt_at is not None
+        and current.next_attempt_at <= tx.now()
+    )
+    if current.status.value not in RUNNABLE_STATUSES and not due:
+        return None
+    if not registered(current):
+        stop(
+            tx,
+            run_id,
+            RunStatus.NEEDS_ATTENTION,
+            f"agent {current.agent_id!r} version {current.version!r} is not registered in this "
+            "runtime; register that version (App.register) and retry() the run",
+            None,
+            kind="needs_attention",
+        )
+        return None
+    head, length = current.history_head, current.history_length
+    fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
+    if current.started_at is None:
+        fields["started_at"] = tx.now()
+    if length is None:  # a session's history is taken when the run first starts
+        previous = tx.latest_completed(current.session_id, current.number)
+        head, length = (None, 0)
+        if previous is not None and previous.outcome is not None:
+            head, length = outcome_history(previous.outcome)
+        fields["history_head"], fields["history_length"] = head, length
+    tx.update_run(run_id, **fields)
+    tx.append_event(
+        run_id,
+        StatusChanged(status="running", resumed=current.status == RunStatus.RUNNING),
+    )
+    run = tx.get_run(run_id)
+    if run is None:  # pragma: no cover - the row was just updated
+        raise StorageError(f"run {run_id} vanished while it was claimed")
+    return Begun(
+        run=run,
+        operations=tx.operations(run_id),
+        interactions=tx.run_interactions(run_id),
+        history=tx.history(head, length or 0),
+    )
+
+
+def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
+    """The run completed with ``outcome``; False if it was cancelled meanwhile."""
+    current = tx.get_run(run_id)
+    if current is None or current.status != RunStatus.RUNNING:
+        return False
+    _write(tx, writes, run_id)
+    tx.update_run(
+        run_id,
+        status=RunStatus.COMPLETED,
+        outcome=outcome,
+        finished_at=tx.now(),
+        usage=outcome["usage"],
+    )
+    tx.append_event(run_id, StatusChanged(status="completed"))
+    return True
+
+
+def stop(
+    tx: Tx,
+    run_id: str,
+    status: RunStatus,
+    reason: str,
+    operation: str | None,
+    *,
+    kind: str = "error",
+    next_attempt_at: datetime | None = None,
+    traceback: str | None = None,
+) -> None:
+    """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
+    current = tx.get_run(run_id)
+    if current is None or current.status.terminal:
+        return
+    reason = storable_text(reason)
+    error: dict[str, JSON] = {"reason": reason, "operation": operation, "kind": kind}
+    if traceback is not None:
+        error["traceback"] = storable_text(traceback)
+    tx.update_run(
+        run_id,
+        status=status,
+        error=error,
+        error_kind=kind,
+        attention_key=operation if status == RunStatus.NEEDS_ATTENTION else None,
+        finished_at=tx.now() if status.terminal else None,
+        next_attempt_at=next_attempt_at,
+    )
+    tx.append_event(
+        run_id,
+        StatusChanged(
+            status=status.value,
+            reason=reason,
+            kind=kind,
+            operation=operation,
+            next_attempt_at=iso(next_attempt_at) if next_attempt_at is not None else None,
+        ),
+    )
+
+
+def park(tx: Tx, run_id: str, reason: str) -> None:
+    """The run waits for people; if every interaction was answered meanwhile, it goes on."""
+    current = tx.get_run(run_id)
+    if current is None or current.status != RunStatus.RUNNING:
+        return
+    if tx.pending_interactions(run_id):
+        tx.update_run(run_id, status=RunStatus.WAITING, error=None, error_kind=None)
+        tx.append_event(run_id, StatusChanged(status="waiting", reason=reason))
+    else:
+        tx.update_run(run_id, status=RunStatus.PENDING)
+        tx.append_event(run_id, StatusChanged(status="pending"))
+
+
+def start_operation(
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    position: int,
+    kind: str,
+    recovery: Recovery,
+    input_hash: str,
+    input: JSON,
+    started: Payload,
+    writes: Writes | None,
+) -> None:
+    """The intent of a new operation (and the rows its input refers to)."""
+    _write(tx, writes, run_id)
+    tx.start_operation(
+        run_id=run_id,
+        key=key,
+        position=position,
+        kind=kind,
+        recovery=recovery,
+        input_hash=input_hash,
+        input=input,
+    )
+    tx.append_event(run_id, started)
+
+
+def restart_operation(
+    tx: Tx, *, run_id: str, key: str, attempt: int, started: Payload, writes: Writes | None
+) -> None:
+    """Another attempt of an interrupted operation (consumes a re-run order)."""
+    _write(tx, writes, run_id)
+    tx.restart_operation(run_id, key, attempt)
+    tx.append_event(run_id, started)
+
+
+def finish_operation(
+    tx: Tx, *, run_id: str, key: str, result: JSON, completed: Payload, writes: Writes | None
+) -> None:
+    """The result of an operation in progress."""
+    if not tx.complete_operation(run_id, key, result):
+        raise StorageError(
+            f"operation {key} of run {run_id} was not in progress when its result was "
+            "written; the journal was changed under this runtime"
+        )
+    _write(tx, writes, run_id)
+    tx.append_event(run_id, completed)
+
+
+def request_interaction(
+    tx: Tx,
+    *,
+    run_id: str,
+    interaction_id: str,
+    key: str,
+    kind: str,
+    tool: str | None,
+    arguments: JSON,
+    digest: str,
+    payload: JSON,
+    abandon: str | None,
+) -> None:
+    """A pending interaction; ``abandon`` forgets an intent whose work never started (a tool
+    that asked for approval first)."""
+    if abandon is not None:
+        tx.delete_operation(run_id, abandon)
+    tx.insert_interaction(
+        interaction_id=interaction_id,
+        run_id=run_id,
+        key=key,
+        kind=kind,
+        tool=tool,
+        arguments=arguments,
+        digest=digest,
+        payload=payload,
+    )
+    tx.append_event(
+        run_id,
+        InteractionRequested(
+            interaction_id=interaction_id,
+            key=key,
+            kind=kind,
+            tool=tool,
+            arguments=arguments,
+            payload=payload,
+        ),
+    )
+
+
+def emit(tx: Tx, run_id: str, payload: Payload) -> Event:
+    """A progress event with no state change (streamed deltas, attempts)."""
+    return tx.append_event(run_id, payload)

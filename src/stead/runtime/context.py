@@ -1,0 +1,298 @@
+"""RunContext: the only door through which a definition's code (an agent loop, later a task)
+touches the journal.
+
+A run is executed from its start on every resumption. Each durable operation is looked up by its
+deterministic key: a completed one returns its stored result without running; an interrupted one
+(intent, no result) follows the recovery policy saved with its intent; a new one writes its
+intent, runs, and writes its result.
+
+Writes of ``safe`` operations are queued without waiting: the store commits them in order, so by
+the time anything is acknowledged or a side effect runs, they are committed too. ``manual`` and
+``idempotent`` intents are barriers: the effect does not start before its intent is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from .._json import JSON, digest, dumps
+from ..journal import transitions
+from ..journal.events import Payload
+from ..journal.keys import interaction_id, operation_id
+from ..journal.protocol import Durability, Store
+from ..journal.records import Interaction, Operation, Recovery, Run, Writes
+from . import boundaries
+from .control import Failed, NeedsAttention
+
+__all__ = ["RunContext"]
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # a storage failure poisons the runtime; it is reported there
+
+
+class RunContext:
+    """One execution of one run: its record, its journal so far, and the durable-operation
+    protocol (:meth:`operation`), events (:meth:`emit`), interactions, blobs and the clock."""
+
+    def __init__(
+        self,
+        store: Store,
+        run: Run,
+        operations: list[Operation],
+        interactions: list[Interaction],
+        history: list[str],
+        *,
+        max_payload_bytes: int,
+        max_operations: int | None = None,
+    ) -> None:
+        self._store = store
+        self.run = run
+        #: The session history this run started with (message bodies, oldest first).
+        self.history = history
+        self.operations = {op.key: op for op in operations}
+        self.interactions = {i.key: i for i in interactions}
+        self.max_payload_bytes = max_payload_bytes
+        self.max_operations = max_operations
+        #: Operations whose intent is written and whose result is not: if the execution ends
+        #: unexpectedly, a non-``safe`` one among them may have had its effect.
+        self.in_flight: dict[str, Recovery] = {}
+        self._created = len(operations)
+        self._position = max((op.position for op in operations), default=0) + 1
+        self._keys: set[str] = set()
+
+    # -- small doors -------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self._store.clock.now()
+
+    def operation_id(self, key: str) -> str:
+        return operation_id(self.run.id, key)
+
+    def _write(self, fn: Callable[[Any], Any], durability: Durability) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.ensure_future(
+            self._store.transact(fn, durability=durability)
+        )
+        future.add_done_callback(_consume)
+        return future
+
+    def emit(self, payload: Payload) -> None:
+        """Write a progress event with the next commit (nobody waits for it)."""
+        self._write(
+            functools.partial(transitions.emit, run_id=self.run.id, payload=payload), "lazy"
+        )
+
+    async def load_blob(self, digest_: str) -> str:
+        """The body of a stored blob (a replayed model message, say)."""
+        return str(await self._store.read(lambda tx: tx.get_blob(digest_)))
+
+    def request_interaction(
+        self,
+        key: str,
+        kind: str,
+        *,
+        tool: str | None = None,
+        arguments: JSON = None,
+        payload: JSON = None,
+        abandon: str | None = None,
+    ) -> str:
+        """Write a pending interaction (and its event); returns its stable id. ``abandon`` names
+        an intent to forget in the same transaction (a tool that asked for approval first)."""
+        found = interaction_id(self.run.id, key)
+        self._write(
+            functools.partial(
+                transitions.request_interaction,
+                run_id=self.run.id,
+                interaction_id=found,
+                key=key,
+                kind=kind,
+                tool=tool,
+                arguments=arguments,
+                digest=digest(arguments),
+                payload=payload,
+                abandon=abandon,
+            ),
+            "lazy",
+        )
+        return found
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    async def operation(
+        self,
+        key: str,
+        kind: str,
+        recovery: Recovery,
+        input: JSON,
+        execute: Callable[[int], Awaitable[JSON]],
+        *,
+        started: Callable[[int], Payload],
+        completed: Callable[[JSON], Payload],
+        before: Writes | None = None,
+        after: Callable[[JSON], Writes] | None = None,
+        describe: str = "",
+        max_attempts: int = 3,
+    ) -> JSON:
+        """Run one durable operation and return its (possibly replayed) JSON result.
+
+        ``execute(attempt)`` does the work. ``started``/``completed`` build the payloads of the
+        events that report the intent and the result. ``before`` is written with the intent
+        (such as the messages the input refers to); ``after(result)``, called when the result
+        is new, is written with the result (such as the run's usage). ``max_attempts`` bounds
+        how often an interrupted operation is started again: an operation that keeps killing
+        the process is not sent once more.
+        """
+        run_id = self.run.id
+        input_hash = digest({"kind": kind, "input": input})
+        if key in self._keys:
+            raise NeedsAttention(
+                f"operation key {key} was used twice in one execution of run {run_id}; give "
+                "each operation its own key",
+                operation=key,
+            )
+        self._keys.add(key)
+        op = self.operations.get(key)
+        if op is not None:
+            replayed = self._replay(op, kind, input_hash, describe, max_attempts)
+            if replayed is not None:
+                return replayed
+        recovery = op.recovery if op is not None else recovery  # the saved policy wins
+        wait_for_intent = recovery != "safe" or kind == "model"
+        durability: Durability = (
+            "barrier" if recovery != "safe" else "commit" if wait_for_intent else "lazy"
+        )
+        if op is not None:
+            attempt = op.attempts + 1
+            intent = self._write(
+                functools.partial(
+                    transitions.restart_operation,
+                    run_id=run_id,
+                    key=key,
+                    attempt=attempt,
+                    started=started(attempt),
+                    writes=before,
+                ),
+                durability,
+            )
+        else:
+            attempt = 1
+            if self.max_operations is not None and self._created >= self.max_operations:
+                raise NeedsAttention(
+                    f"limit max_operations_per_run hit at {key}: run {run_id} already has "
+                    f"{self._created} operations (limit {self.max_operations}); raise the "
+                    "limit, then retry()",
+                    operation=key,
+                )
+            self._check_size(key, "input", input)
+            intent = self._write(
+                functools.partial(
+                    transitions.start_operation,
+                    run_id=run_id,
+                    key=key,
+                    position=self._position,
+                    kind=kind,
+                    recovery=recovery,
+                    input_hash=input_hash,
+                    input=input,
+                    started=started(attempt),
+                    writes=before,
+                ),
+                durability,
+            )
+            self._position += 1
+            self._created += 1
+        # Intent before: work that may have an effect starts only once its attempt is committed
+        # (for manual and idempotent operations, on disk), so every such attempt — a billed
+        # model request too — is in the journal. A safe tool's intent is pipelined instead: if
+        # the process dies before it commits, the tool simply runs again, which is what safe
+        # means, and a run of safe steps shares commits.
+        self.in_flight[key] = recovery
+        if wait_for_intent:
+            await intent
+        if boundaries.hook is not None:
+            await intent
+            boundaries.hook("intent_committed", key)
+        result = await execute(attempt)
+        if boundaries.hook is not None:
+            boundaries.hook("effect_done", key)
+        self._check_size(key, "result", result)
+        written = self._write(
+            functools.partial(
+                transitions.finish_operation,
+                run_id=run_id,
+                key=key,
+                result=result,
+                completed=completed(result),
+                writes=after(result) if after is not None else None,
+            ),
+            "barrier" if recovery != "safe" else "lazy",
+        )
+        del self.in_flight[key]
+        if recovery != "safe":
+            # Result after: the run builds on a side effect's result only once it is on disk,
+            # so a crash can never leave an effect the run already acted on uncertain.
+            await written
+        if boundaries.hook is not None:
+            await written
+            boundaries.hook("result_committed", key)
+        return result
+
+    def _replay(
+        self, op: Operation, kind: str, input_hash: str, describe: str, max_attempts: int
+    ) -> JSON | None:
+        """A journaled operation's result, or ``None`` when it is to be started again; stops
+        the execution when it may not be."""
+        key = op.key
+        # A fork's copied results stand even if today's code builds a different input:
+        # continuing on today's code is what a fork is for.
+        if op.copied_from is None and (op.kind != kind or op.input_hash != input_hash):
+            raise NeedsAttention(
+                f"definition changed at operation {key}: the journal holds a different "
+                f"{op.kind} input for this key than today's code builds; restore the code the "
+                "run was recorded with, or fork the run before this operation",
+                operation=key,
+            )
+        if op.status == "completed":
+            return op.result if op.result is not None else {}
+        if op.recovery == "manual" and not op.rerun:
+            raise NeedsAttention(
+                f"operation {key}{describe} was interrupted and its recovery policy is "
+                f"'manual': whether it took effect is unknown (operation id "
+                f"{op.operation_id}). Check the outside world, then resolve({key!r}, "
+                "output=...) with what it did, or retry() to run it again",
+                operation=key,
+            )
+        started_since_retry = op.attempts - op.attempt_base
+        if started_since_retry >= max_attempts:
+            reason = (
+                f"operation {key}{describe} was started {started_since_retry} times and never "
+                "finished (the process stopped during each attempt); its attempt limit is "
+                f"{max_attempts}, so it is not started again"
+            )
+            if kind == "model":
+                raise Failed(
+                    f"{reason}. Find what stops the process, then retry() the run",
+                    operation=key,
+                    kind="model",
+                )
+            raise NeedsAttention(
+                f"{reason}. Find what stops the process, then resolve({key!r}, output=...) with "
+                "what it did, or retry() to start it again",
+                operation=key,
+            )
+        return None
+
+    def _check_size(self, key: str, what: str, value: JSON) -> None:
+        size = len(dumps(value).encode())
+        if size > self.max_payload_bytes:
+            raise NeedsAttention(
+                f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes (limit "
+                f"{self.max_payload_bytes}); raise the limit or make the operation return "
+                "less, then retry()",
+                operation=key,
+            )

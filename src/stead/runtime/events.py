@@ -1,0 +1,88 @@
+"""The event hub: who in this process waits for a run's next commit.
+
+The store calls :meth:`EventHub.committed` with every batch of events it committed (push, not
+polling); subscribers of a run are woken, and waiters for a run's end are released when its
+terminal status commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import SteadError
+from ..journal.records import Event, RunStatus
+
+__all__ = ["EventHub", "Subscription"]
+
+
+class EventHub:
+    def __init__(self) -> None:
+        self._changed: dict[str, set[asyncio.Event]] = {}
+        self._ended: dict[str, set[asyncio.Event]] = {}
+        self._error: SteadError | None = None
+
+    def committed(self, events: list[Event]) -> None:
+        for event in events:
+            for flag in self._changed.get(event.run_id, ()):
+                flag.set()
+            if event.kind == "status" and RunStatus(event.data["status"]).terminal:
+                for flag in self._ended.get(event.run_id, ()):
+                    flag.set()
+
+    def close(self, error: SteadError) -> None:
+        """Wake everyone: the runtime closed or failed with ``error``."""
+        self._error = error
+        for flags in (*self._changed.values(), *self._ended.values()):
+            for flag in flags:
+                flag.set()
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def subscribe(self, run_id: str) -> Subscription:
+        """From now on, wake the subscription whenever the run commits events."""
+        flag = asyncio.Event()
+        self._changed.setdefault(run_id, set()).add(flag)
+        return Subscription(self, run_id, flag)
+
+    def _unsubscribe(self, run_id: str, flag: asyncio.Event) -> None:
+        flags = self._changed.get(run_id)
+        if flags is not None:
+            flags.discard(flag)
+            if not flags:
+                del self._changed[run_id]
+
+    def end_flag(self, run_id: str) -> asyncio.Event:
+        """A flag set when the run's terminal status commits; release it with
+        :meth:`forget_end`."""
+        flag = asyncio.Event()
+        self._ended.setdefault(run_id, set()).add(flag)
+        return flag
+
+    def forget_end(self, run_id: str, flag: asyncio.Event) -> None:
+        flags = self._ended.get(run_id)
+        if flags is not None:
+            flags.discard(flag)
+            if not flags:
+                del self._ended[run_id]
+
+    @property
+    def waiting(self) -> int:
+        """How many result() calls wait (for tests of leaks)."""
+        return sum(len(flags) for flags in self._ended.values())
+
+
+class Subscription:
+    """Wakes when a run may have new events; see :meth:`EventHub.subscribe`."""
+
+    def __init__(self, hub: EventHub, run_id: str, flag: asyncio.Event) -> None:
+        self._hub, self._run_id, self._flag = hub, run_id, flag
+
+    async def wait(self) -> None:
+        await self._flag.wait()
+        self._flag.clear()
+        self._hub.check()
+
+    def close(self) -> None:
+        self._hub._unsubscribe(self._run_id, self._flag)

@@ -1,0 +1,176 @@
+"""One execution of one claimed run: begin → definition.execute(ctx) → park, stop or complete.
+
+A run is executed from its start every time; its definition replays committed operations through
+the :class:`~stead.runtime.context.RunContext` and continues where the journal ends. How the
+execution ends is recorded in one transaction: an outcome, a wait for people or a back-off, or a
+reason it stopped — never left ``running``, which would restart it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from ..errors import StorageError
+from ..journal import transitions
+from ..journal.protocol import Store
+from ..journal.records import Recovery, RunStatus
+from .context import RunContext
+from .control import Failed, NeedsAttention, RetryLater, Waiting
+from .definition import Completion, Registry
+from .limits import Limits
+
+__all__ = ["Executor"]
+
+logger = logging.getLogger("stead")
+
+
+class Executor:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        limits: Limits,
+        *,
+        on_completed: Callable[[str, Completion], None],
+        on_parked: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._limits = limits
+        self._on_completed = on_completed
+        self._on_parked = on_parked
+
+    async def execute(self, run_id: str) -> None:
+        in_flight: dict[str, Recovery] = {}
+        try:
+            await self._execute(run_id, in_flight)
+        except asyncio.CancelledError:
+            pass  # closing or cancelled: the journal is kept and the next execution continues
+        except StorageError:
+            pass  # the runtime is poisoned; reopening recovers from the saved intents
+        except Exception as exc:  # a defect or odd data: end this execution, never loop
+            with contextlib.suppress(StorageError, asyncio.CancelledError):
+                await self._record_unexpected(run_id, exc, in_flight)
+
+    async def _execute(self, run_id: str, in_flight: dict[str, Recovery]) -> None:
+        registry = self._registry
+        begun = await self._store.transact(
+            functools.partial(
+                transitions.begin,
+                run_id=run_id,
+                registered=lambda run: registry.definition(run) is not None,
+            )
+        )
+        if begun is None:
+            return
+        definition = registry.definition(begun.run)
+        if definition is None:  # pragma: no cover - unregistered between begin and here
+            return
+        ctx = RunContext(
+            self._store,
+            begun.run,
+            begun.operations,
+            begun.interactions,
+            begun.history,
+            max_payload_bytes=self._limits.max_payload_bytes,
+            max_operations=self._limits.max_operations_per_run,
+        )
+        ctx.in_flight = in_flight
+        try:
+            completion = await definition.execute(ctx)
+        except NeedsAttention as stop:
+            await self._stop(
+                run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation, "needs_attention"
+            )
+            return
+        except Failed as stop:
+            await self._stop(run_id, RunStatus.FAILED, stop.reason, stop.operation, stop.kind)
+            return
+        except Waiting as stop:
+            await self._store.transact(
+                functools.partial(transitions.park, run_id=run_id, reason=stop.reason),
+                durability="barrier",
+            )
+            self._on_parked()
+            return
+        except RetryLater as stop:
+            due = self._store.clock.now() + timedelta(seconds=stop.delay)
+            await self._stop(
+                run_id,
+                RunStatus.RETRY_WAIT,
+                stop.reason,
+                stop.operation,
+                "model_retry",
+                next_attempt_at=due,
+            )
+            self._on_parked()
+            return
+        done = await self._store.transact(
+            functools.partial(
+                transitions.complete,
+                run_id=run_id,
+                outcome=completion.outcome,
+                writes=completion.writes,
+            ),
+            durability="barrier",
+        )
+        if done:
+            self._on_completed(run_id, completion)
+
+    async def _stop(
+        self,
+        run_id: str,
+        status: RunStatus,
+        reason: str,
+        key: str | None,
+        kind: str,
+        *,
+        next_attempt_at: datetime | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        await self._store.transact(
+            functools.partial(
+                transitions.stop,
+                run_id=run_id,
+                status=status,
+                reason=reason,
+                operation=key,
+                kind=kind,
+                next_attempt_at=next_attempt_at,
+                traceback=traceback,
+            ),
+            durability="barrier",
+        )
+
+    async def _record_unexpected(
+        self, run_id: str, exc: Exception, in_flight: dict[str, Recovery]
+    ) -> None:
+        """Stop a run whose execution raised something unexpected, with the traceback kept:
+        ``needs_attention`` naming the operation when a side effect may have happened (a
+        non-``safe`` operation was in flight), else ``failed``. Restarting it at once would
+        only raise the same exception again."""
+        trace = "".join(traceback.format_exception(exc))
+        uncertain = next((key for key, policy in in_flight.items() if policy != "safe"), None)
+        detail = f"{type(exc).__name__}: {exc}"
+        if uncertain is not None:
+            status = RunStatus.NEEDS_ATTENTION
+            reason = (
+                f"an unexpected error stopped the run while operation {uncertain} was in "
+                f"progress, so its effect may have happened: {detail}. Check the outside world, "
+                f"then resolve({uncertain!r}, output=...) or retry(); the traceback is in the "
+                "run's error"
+            )
+        else:
+            status = RunStatus.FAILED
+            reason = (
+                f"an unexpected error stopped the run: {detail}. The traceback is in the run's "
+                "error and the 'stead' log; fix the cause, then retry() the run"
+            )
+        logger.error("run %s stopped (%s): %s", run_id, status.value, detail, exc_info=exc)
+        await self._stop(run_id, status, reason, uncertain, "internal", traceback=trace)
