@@ -14,7 +14,7 @@ from .models.pricing import Price
 if TYPE_CHECKING:
     from .runtime.limits import Limits
     from .runtime.runtime import Runtime
-    from .store.sqlite import SqliteStore
+    from .journal.protocol import OwnedStore
 
 __all__ = ["App"]
 
@@ -90,7 +90,7 @@ class App:
 
     async def open(
         self,
-        store: SqliteStore,
+        store: OwnedStore,
         *,
         max_concurrent_runs: int = 4,
         resume: bool = True,

@@ -13,7 +13,7 @@ applies the command itself, holding the owner's lock meanwhile so no runtime sta
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -31,12 +31,11 @@ from .errors import (
 )
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry
-from .journal.protocol import Tx
+from .journal.protocol import ClientStore, Tx
 from .journal.records import Event, Interaction, Run, RunStatus, outcome_history
-from .messages import Usage, message_from_json
-from .models.pricing import Price
+from .messages import AssistantMessage, Usage, message_from_json
+from .models.pricing import Price, cost_usd
 from .runtime.limits import Limits, require_id, require_text
-from .store.sqlite import SqliteStore
 
 __all__ = ["Client"]
 
@@ -58,13 +57,13 @@ class Client:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: ClientStore,
         *,
         command_timeout: float = 10.0,
         prices: Mapping[str, Price] | None = None,
         limits: Limits | None = None,
     ) -> None:
-        if not isinstance(store, SqliteStore):
+        if not callable(getattr(store, "client_command", None)):
             raise ValidationError(
                 f"a stead client needs a stead store such as stead.SqliteStore(path), got {store!r}"
             )
@@ -397,6 +396,74 @@ class Client:
             )
         )
         return RunHandle(self, answer["run_id"])
+
+    # -- more reads ----------------------------------------------------------------------------
+
+    async def interaction(self, interaction_id: str) -> Interaction:
+        """The interaction ``interaction_id``, whatever its status."""
+        require_id("interaction_id", interaction_id)
+        found = await self._read(lambda tx: tx.get_interaction(interaction_id))
+        if found is None:
+            raise NotFoundError(
+                f"no interaction {interaction_id!r} in {self.store!r}; list_interactions() "
+                "or `stead interactions list` shows the pending ones"
+            )
+        return found
+
+    async def model_responses(self, run_id: str) -> dict[str, AssistantMessage]:
+        """The response each completed model operation of run ``run_id`` committed (its text
+        and tool calls), by operation key, in the order of the operations. A model operation's
+        result holds only a reference to its message; this reads the messages."""
+        require_id("run_id", run_id)
+
+        def read(tx: Tx) -> dict[str, AssistantMessage] | None:
+            if tx.get_run(run_id) is None:
+                return None
+            found: dict[str, AssistantMessage] = {}
+            for op in tx.operations(run_id):
+                if op.kind != "model" or op.status != "completed":
+                    continue
+                if not isinstance(op.result, dict) or not isinstance(
+                    op.result.get("message"), str
+                ):
+                    continue
+                message = message_from_json(loads(tx.get_blob(op.result["message"])))
+                if isinstance(message, AssistantMessage):
+                    found[op.key] = message
+            return found
+
+        responses = await self._read(read)
+        if responses is None:
+            raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+        return responses
+
+    async def costs(self, run_ids: Sequence[str]) -> dict[str, float | None]:
+        """The USD cost of the committed model responses of each run in ``run_ids``, at this
+        client's ``prices`` (else the default table): ``None`` for a run that used a model with
+        no known price. The same figure as ``snapshot().checkpoint.cost_usd``, without reading
+        the messages. Unknown run ids are left out."""
+        ids = [require_id("run_id", run_id) for run_id in run_ids]
+        prices = self._prices()
+
+        def read(tx: Tx) -> dict[str, float | None]:
+            found: dict[str, float | None] = {}
+            for run_id in ids:
+                if tx.get_run(run_id) is None:
+                    continue
+                total: float | None = 0.0
+                for op in tx.operations(run_id):
+                    if op.kind != "model" or op.status != "completed":
+                        continue
+                    if not isinstance(op.result, dict) or not isinstance(op.input, dict):
+                        continue
+                    price = cost_usd(
+                        str(op.input.get("model")), Usage.from_json(op.result.get("usage")), prices
+                    )
+                    total = None if total is None or price is None else total + price
+                found[run_id] = None if total is None else round(total, 8)
+            return found
+
+        return await self._read(read)
 
 
 class _Poll:

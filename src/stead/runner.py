@@ -6,7 +6,7 @@ from .agent.agent import Agent
 from .app import App
 from .handle import RunOutcome
 from .runtime.runtime import Runtime
-from .store.sqlite import SqliteStore
+from .journal.protocol import OwnedStore
 
 __all__ = ["run_agent"]
 
@@ -15,7 +15,7 @@ async def run_agent(
     agent: Agent,
     prompt: str,
     *,
-    store: SqliteStore,
+    store: OwnedStore,
     run_id: str,
     session_id: str | None = None,
 ) -> RunOutcome:

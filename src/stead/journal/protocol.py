@@ -8,16 +8,19 @@ written against this protocol, so a second backend implements rows, not rules.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 from .._clock import Clock
 from .._json import JSON
+from ..errors import StorageError
+from .commands import Command
 from .events import Payload
 from .records import Event, HistoryNode, Interaction, Operation, Recovery, Run, RunStatus
 
-__all__ = ["Durability", "HistoryNode", "InboxRow", "Store", "Tx"]
+__all__ = ["ClientStore", "Durability", "HistoryNode", "InboxRow", "OwnedStore", "Store", "Tx"]
 
 T = TypeVar("T")
 
@@ -139,3 +142,32 @@ class Store(Protocol):
         self, fn: Callable[[Any], T], *, durability: Durability = "commit"
     ) -> Awaitable[T]: ...
     def read(self, fn: Callable[[Any], T]) -> Awaitable[T]: ...
+
+
+class OwnedStore(Store, Protocol):
+    """A store as its owner (a :class:`~stead.Runtime`) uses it."""
+
+    def acquire(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_commit: Callable[[list[Event]], None],
+        on_fatal: Callable[[StorageError], None],
+    ) -> object:
+        """Open, migrate and take ownership (blocking; called on a thread)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+    def changed_elsewhere(self) -> Awaitable[bool]:
+        """Whether another process committed since the last call (commands posted to it)."""
+        ...
+
+
+class ClientStore(Protocol):
+    """A store as a :class:`~stead.Client` in any process uses it: reads, and commands that
+    reach the owner (or are applied in place when nobody owns the store)."""
+
+    def client_open(self) -> None: ...
+    def client_close(self) -> None: ...
+    def client_read(self, fn: Callable[[Any], T]) -> T: ...
+    async def client_command(self, command: Command, *, timeout: float) -> object: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._ids import new_id
 from .._json import JSON, digest, dumps
@@ -27,9 +27,8 @@ from ..errors import (
 from ..handle import RunHandle, RunOutcome
 from ..journal import transitions
 from ..journal.commands import Cancel, Command, Fork, command_from_json
-from ..journal.protocol import Tx
+from ..journal.protocol import ClientStore, OwnedStore, Tx
 from ..store._client import error_answer
-from ..store.sqlite import SqliteStore
 from .definition import Completion
 from .events import EventHub, Subscription
 from .executor import Executor
@@ -54,7 +53,7 @@ class Runtime(Client):
     def __init__(
         self,
         app: App,
-        store: SqliteStore,
+        store: OwnedStore,
         *,
         max_concurrent_runs: int,
         limits: Limits | None,
@@ -68,11 +67,14 @@ class Runtime(Client):
             raise ValidationError(
                 f"max_concurrent_runs must be a positive integer, got {max_concurrent_runs!r}"
             )
-        if not isinstance(store, SqliteStore):
+        if not callable(getattr(store, "acquire", None)) or not callable(
+            getattr(store, "client_command", None)
+        ):
             raise ValidationError(
                 f"App.open needs a stead store such as stead.SqliteStore(path), got {store!r}"
             )
-        super().__init__(store, prices=app.prices, limits=limits)
+        super().__init__(cast(ClientStore, store), prices=app.prices, limits=limits)
+        self.store: OwnedStore = store  # type: ignore[assignment]
         self.app = app
         self._on_fatal_error = on_fatal_error
         self._fatal: StorageError | None = None
@@ -102,7 +104,7 @@ class Runtime(Client):
     async def open(
         cls,
         app: App,
-        store: SqliteStore,
+        store: OwnedStore,
         *,
         max_concurrent_runs: int = 4,
         resume: bool = True,
