@@ -12,6 +12,7 @@
     ├── StorageError           the store failed; the runtime is poisoned until reopened
     ├── RuntimeClosedError     the runtime was closed; open the store again
     ├── ModelError             a model provider failed (``retryable`` says whether to try again)
+    ├── RunBlocked             a one-call run stopped to wait for a person
     ├── RunFailed              awaiting a run that ended ``failed``
     └── RunCancelled           awaiting a run that ended ``cancelled``
 
@@ -20,12 +21,15 @@ Every message says what happened, to what (run id, operation key, path) and what
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ConflictError",
     "LimitError",
     "ModelError",
     "NotFoundError",
     "OwnershipError",
+    "RunBlocked",
     "RunCancelled",
     "RunFailed",
     "RuntimeClosedError",
@@ -106,6 +110,27 @@ class RunFailed(SteadError):
         self.run_id = run_id
         self.reason = reason
         self.kind = kind
+
+
+class RunBlocked(SteadError):
+    """The run stopped to wait for a person (``waiting`` for a response, or
+    ``needs_attention``): ``stead.run_agent`` raises it instead of waiting for ever. The run is
+    kept; answer or resolve it (the message names the command), then call again to continue."""
+
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        reason: str,
+        interactions: Sequence[object] = (),
+        *,
+        next_step: str = "",
+    ) -> None:
+        super().__init__(f"run {run_id} is {status}: {reason}{next_step}")
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+        self.interactions = list(interactions)
 
 
 class RunCancelled(SteadError):

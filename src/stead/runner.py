@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
+
 from .agent.agent import Agent
 from .app import App
-from .handle import RunOutcome
-from .runtime.runtime import Runtime
+from .errors import RunBlocked
+from .handle import RunHandle, RunOutcome
 from .journal.protocol import OwnedStore
+from .journal.records import RunStatus
+from .runtime.runtime import Runtime
 
 __all__ = ["run_agent"]
+
+_BLOCKED = (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
 
 
 async def run_agent(
@@ -24,6 +30,11 @@ async def run_agent(
     ``run_id`` names the run: calling again with the same ``run_id`` (after a crash, say)
     resumes that run, or returns its stored outcome, instead of starting over. The run is in
     session ``session_id`` (default: the run id).
+
+    It never hangs on a person: when the run waits for an approval or an answer, or needs
+    attention, it raises :class:`~stead.RunBlocked` naming the command that continues it
+    (``stead approve``, ``stead resolve``...); answer it, then call again with the same
+    ``run_id``.
     """
     app = App(agents=[agent])
     runtime: Runtime
@@ -35,4 +46,35 @@ async def run_agent(
             prompt=prompt,
             run_id=run_id,
         )
+        async for event in handle.events():
+            if event.kind == "status" and event.data.get("status") in _BLOCKED:
+                run = await handle.run()
+                if run.status in _BLOCKED:
+                    raise await _blocked(runtime, handle, getattr(store, "path", None))
         return await handle.result()
+
+
+async def _blocked(runtime: Runtime, handle: RunHandle, path: object) -> RunBlocked:
+    run = await handle.run()
+    pending = await handle.interactions(status="pending")
+    db = f" --db {shlex.quote(str(path))}" if isinstance(path, str) else ""
+    if pending:
+        commands = "; ".join(
+            f"stead answer {i.interaction_id} VALUE{db}"
+            if i.kind == "question"
+            else f"stead approve {i.interaction_id}{db} (or stead deny … --reason …)"
+            for i in pending
+        )
+        reason = (run.error or {}).get("reason") or "it waits for a person"
+        next_step = f"; continue it with {commands}, then call run_agent again"
+    else:
+        reason = (run.error or {}).get("reason") or "it needs attention"
+        key = run.attention_key
+        if key is not None:
+            next_step = (
+                f"; continue it with stead resolve {run.id} {key} --output JSON{db} or "
+                f"stead retry {run.id}{db}, then call run_agent again"
+            )
+        else:
+            next_step = f"; continue it with stead retry {run.id}{db}, then call run_agent again"
+    return RunBlocked(run.id, run.status.value, reason, pending, next_step=next_step)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,8 @@ from .streaming import stream_response
 from .tools import ModelRetry, Tool, ToolContext
 
 __all__ = ["AgentOutcome", "run_agent_loop"]
+
+logger = logging.getLogger("stead")
 
 _EVENT_PREVIEW = 200
 #: Which stop wins when the calls of one turn stop differently.
@@ -409,6 +413,26 @@ def _content(output: JSON) -> str:
     return output if isinstance(output, str) else dumps(output)
 
 
+#: Characters of a tool's traceback kept in its failed result.
+_TRACEBACK_LIMIT = 8000
+
+
+def _raised(tool_name: str, key: str, exc: Exception) -> JSON:
+    """A tool raised: a committed failed result keeping the exception's type, message and
+    traceback (also logged); the model receives the error as the tool's result."""
+    logger.warning(
+        "tool %r at %s raised %s: %s", tool_name, key, type(exc).__name__, exc, exc_info=exc
+    )
+    trace = "".join(traceback.format_exception(exc))
+    if len(trace) > _TRACEBACK_LIMIT:
+        trace = "…" + trace[-_TRACEBACK_LIMIT:]
+    return _failure(
+        f"{type(exc).__name__}: {exc}",
+        exception=type(exc).__name__,
+        traceback=storable_text(trace),
+    )
+
+
 def _failure(error: str, **extra: JSON) -> JSON:
     error = storable_text(error)
     return {"output": error, "failed": True, "error": error, **extra}
@@ -511,7 +535,7 @@ async def _call_tool(agent: Agent, ctx: RunContext, turn: int, call: ToolCall) -
             )
             raise Waiting(f"tool {call.name!r} at {key} asked for approval") from None
         except Exception as exc:  # a Stop or a cancellation is a BaseException: it passes
-            return _failure(f"{type(exc).__name__}: {exc}")
+            return _raised(call.name, key, exc)
         try:
             output = to_json(value)
         except NotJSONError as exc:

@@ -1,0 +1,204 @@
+"""stead.Client acts on runs without owning the store: through the owner's inbox when a runtime
+lives, or in place when none does; and what a new user hit: run_agent never hangs, tool errors
+keep their traceback, a provider request is counted once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+from stead.testing import FunctionModel, ScriptedModel
+
+
+def _gated_agent(ran: list[str]) -> stead.Agent:
+    @stead.tool(recovery="manual", approval=True)
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        ran.append(f"pay {amount}")
+        return f"paid {amount}"
+
+    model = ScriptedModel([[stead.ToolCall(name="pay", arguments={"amount": 5}, id="c1")], "done"])
+    return stead.Agent(id="a", version="1", model=model, tools=[pay])
+
+
+async def _until(run: stead.RunHandle, status: stead.RunStatus) -> stead.Run:
+    for _ in range(500):
+        record = await run.run()
+        if record.status is status:
+            return record
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"run never reached {status}; it is {(await run.run()).status}")
+
+
+async def test_a_client_answers_through_the_owners_inbox(db: str) -> None:
+    ran: list[str] = []
+    app = stead.App(agents=[_gated_agent(ran)])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await _until(run, stead.RunStatus.WAITING)
+        async with stead.Client(stead.SqliteStore(db)) as client:
+            (pending,) = await client.list_interactions()
+            assert (pending.tool, pending.arguments) == ("pay", {"amount": 5})
+            await client.respond(pending.interaction_id, stead.Approve(reviewer="ana"))
+            with pytest.raises(stead.ConflictError, match="answered differently"):
+                await client.respond(pending.interaction_id, stead.Deny(reason="no"))
+            with pytest.raises(stead.NotFoundError):
+                await client.respond("int_nope", stead.Approve())
+            handle = client.get_run(run.id)
+            outcome = await handle.result(timeout=10)
+            kinds = [event.kind async for event in handle.events()]
+    assert outcome.output == "done"
+    assert ran == ["pay 5"]
+    assert kinds.count("interaction_responded") == 1
+    assert kinds[-1] == "status"
+
+
+async def test_with_no_live_owner_the_client_applies_the_command_itself(db: str) -> None:
+    ran: list[str] = []
+    app = stead.App(agents=[_gated_agent(ran)])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await _until(run, stead.RunStatus.WAITING)
+    async with stead.Client(stead.SqliteStore(db)) as client:
+        (pending,) = await client.list_interactions()
+        await client.respond(pending.interaction_id, stead.Approve())
+        assert (await client.run_record(run.id)).status is stead.RunStatus.PENDING
+        assert await client.list_interactions() == []
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        outcome = await runtime.get_run(run.id).result(timeout=10)
+    assert outcome.output == "done" and ran == ["pay 5"]
+
+
+async def test_a_command_the_owner_does_not_apply_times_out_naming_it(db: str) -> None:
+    ran: list[str] = []
+    app = stead.App(agents=[_gated_agent(ran)])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await _until(run, stead.RunStatus.WAITING)
+        runtime._inbox.cancel()  # type: ignore[union-attr]  # an owner that stopped draining
+        async with stead.Client(stead.SqliteStore(db), command_timeout=0.3) as client:
+            (pending,) = await client.list_interactions()
+            with pytest.raises(TimeoutError, match=r"respond\(int_.*stays in the inbox"):
+                await client.respond(pending.interaction_id, stead.Approve())
+    # The next owner applies the posted command: the run completes.
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        outcome = await runtime.get_run(run.id).result(timeout=10)
+    assert outcome.output == "done" and ran == ["pay 5"]
+
+
+async def test_client_commands_resolve_retry_cancel_and_fork(db: str) -> None:
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["one", "two"]))
+    app = stead.App(agents=[agent])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        first = await runtime.submit("a", session_id="s", request_id="r1", prompt="go")
+        await first.result(timeout=10)
+        async with stead.Client(stead.SqliteStore(db)) as client:
+            fork = await client.fork(first.id, before="model:1")
+            assert (await fork.result(timeout=10)).output == "one"
+            with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
+                await client.retry(first.id)
+            with pytest.raises(stead.ConflictError, match="already ended completed"):
+                await client.cancel(first.id)
+            with pytest.raises(stead.NotFoundError, match="no operation"):
+                await client.resolve(first.id, "tool:9:x", output=1)
+            with pytest.raises(stead.ValidationError):
+                await client.list_runs(status="sleeping")
+            page = await client.list_runs(limit=1)
+            assert len(page.runs) == 1 and page.next_cursor is not None
+
+
+async def test_a_client_refuses_a_database_it_cannot_read(tmp_path: Path) -> None:
+    with pytest.raises(stead.ValidationError, match="no stead database"):
+        async with stead.Client(stead.SqliteStore(tmp_path / "missing.db")) as client:
+            await client.list_runs()
+    assert not (tmp_path / "missing.db").exists()
+
+
+# -- what a new user hit ------------------------------------------------------------------------
+
+
+async def test_run_agent_raises_run_blocked_instead_of_hanging(db: str) -> None:
+    ran: list[str] = []
+    with pytest.raises(stead.RunBlocked, match=r"stead approve int_\w+ --db") as blocked:
+        await asyncio.wait_for(
+            stead.run_agent(_gated_agent(ran), "go", store=stead.SqliteStore(db), run_id="job-1"),
+            10,
+        )
+    assert blocked.value.run_id == "job-1" and blocked.value.status == "waiting"
+    (pending,) = blocked.value.interactions
+    async with stead.Client(stead.SqliteStore(db)) as client:
+        await client.respond(pending.interaction_id, stead.Approve())  # type: ignore[attr-defined]
+    outcome = await stead.run_agent(
+        _gated_agent(ran), "go", store=stead.SqliteStore(db), run_id="job-1"
+    )
+    assert outcome.output == "done" and ran == ["pay 5"]
+
+
+async def test_run_agent_names_the_resolve_command_of_a_needs_attention_run(db: str) -> None:
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["x"]))
+    app = stead.App(agents=[agent])
+    async with await app.open(stead.SqliteStore(db)):
+        pass
+    other = stead.Agent(id="a", version="2", model=ScriptedModel(["x"]))
+    async with await stead.App(agents=[other]).open(stead.SqliteStore(db)) as runtime:
+        await runtime.submit(
+            "a", session_id="job-2", request_id="job-2", prompt="go", run_id="job-2"
+        )
+    with pytest.raises(stead.RunBlocked, match="stead retry job-2"):
+        await asyncio.wait_for(
+            stead.run_agent(agent, "go", store=stead.SqliteStore(db), run_id="job-2"), 10
+        )
+
+
+async def test_a_tool_that_raises_is_logged_and_keeps_its_traceback(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    @stead.tool(recovery="safe")
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        raise KeyError(f"no order {order}")
+
+    model = ScriptedModel(
+        [[stead.ToolCall(name="lookup", arguments={"order": "17"}, id="c1")], "sorry"]
+    )
+    agent = stead.Agent(id="a", version="1", model=model, tools=[lookup])
+    with caplog.at_level(logging.WARNING, logger="stead"):
+        async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+            run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+            outcome = await run.result(timeout=10)
+            snapshot = await run.snapshot()
+    (op,) = [op for op in snapshot.operations if op.kind == "tool"]
+    assert op.result["failed"] and op.result["exception"] == "KeyError"
+    assert "Traceback" in op.result["traceback"] and "no order 17" in op.result["traceback"]
+    assert outcome.output == "sorry"
+    seen: Any = model.requests[1].messages[-1]
+    assert seen.is_error and "KeyError" in seen.content
+    assert any(r.exc_info and "lookup" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_provider_request_is_counted_once(db: str) -> None:
+    def answer(request: stead.ModelRequest) -> stead.ModelResponse:
+        usage = stead.Usage(input_tokens=10, output_tokens=2, requests=1)
+        if request.turn == 1:
+            call = stead.ToolCall(name="noop", id="c1")
+            return stead.ModelResponse(tool_calls=(call,), usage=usage)
+        return stead.ModelResponse(text="ok", usage=usage)
+
+    @stead.tool(recovery="safe")
+    def noop() -> str:
+        """Nothing."""
+        return "ok"
+
+    agent = stead.Agent(id="a", version="1", model=FunctionModel(answer), tools=[noop])
+    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        outcome = await run.result(timeout=10)
+        snapshot = await run.snapshot()
+    assert outcome.usage.requests == 2
+    assert snapshot.checkpoint.usage.requests == 2
+    assert (snapshot.checkpoint.usage.input_tokens, outcome.usage.output_tokens) == (20, 4)
