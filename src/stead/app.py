@@ -12,9 +12,9 @@ from .journal.records import Run
 from .models.pricing import Price
 
 if TYPE_CHECKING:
+    from .journal.protocol import OwnedStore
     from .runtime.limits import Limits
     from .runtime.runtime import Runtime
-    from .journal.protocol import OwnedStore
 
 __all__ = ["App"]
 
