@@ -13,7 +13,7 @@ import pytest
 
 import stead
 from stead._json import JSON
-from stead.store.sqlite_tx import SqliteTx
+from stead.store.sqlite import SqliteTx
 from stead.testing import ScriptedModel
 
 

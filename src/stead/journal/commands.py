@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from .. import errors
 from .._json import JSON
-from ..errors import ValidationError
+from ..errors import SteadError, ValidationError
 
 __all__ = [
     "Cancel",
@@ -20,9 +21,11 @@ __all__ = [
     "Resolve",
     "Respond",
     "Retry",
+    "answer_of",
     "command_from_json",
     "command_to_json",
     "describe",
+    "error_answer",
 ]
 
 
@@ -108,3 +111,22 @@ def describe(command: Command) -> str:
     if isinstance(command, Fork):
         return f"fork({command.run_id}, before={command.before})"
     return f"{command.name}({command.run_id})"
+
+
+def error_answer(exc: SteadError) -> dict[str, JSON]:
+    """The stored answer of a command that failed: the error's class and message."""
+    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+
+
+def answer_of(answer: JSON) -> JSON:
+    """The value of a stored answer, or raise the error it holds as the same class."""
+    if isinstance(answer, dict) and "error" in answer:
+        error = answer["error"]
+        cls = getattr(errors, str(error.get("type")), None)
+        if not (isinstance(cls, type) and issubclass(cls, SteadError)):
+            cls = SteadError
+        try:
+            raise cls(error.get("message", "the command failed"))
+        except TypeError:  # an error class with a richer constructor
+            raise SteadError(error.get("message", "the command failed")) from None
+    return answer.get("value") if isinstance(answer, dict) else None

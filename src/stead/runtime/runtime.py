@@ -26,9 +26,8 @@ from ..errors import (
 )
 from ..handle import RunHandle, RunOutcome
 from ..journal import transitions
-from ..journal.commands import Cancel, Command, Fork, command_from_json
+from ..journal.commands import Cancel, Command, Fork, command_from_json, error_answer
 from ..journal.protocol import ClientStore, OwnedStore, Tx
-from ..store._client import error_answer
 from .definition import Completion
 from .events import EventHub, Subscription
 from .executor import Executor

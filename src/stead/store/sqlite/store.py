@@ -29,19 +29,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from .._clock import Clock, SystemClock
-from .._ids import boot_id, new_token
-from ..errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
-from ..journal.commands import Command
-from ..journal.protocol import Durability
-from ..journal.records import Event
-from ._client import ClientSide as _ClientSide
-from ._writer import Writer
-from .sqlite_tx import SqliteTx
+from ..._clock import Clock, SystemClock
+from ..._ids import boot_id, new_token
+from ...errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
+from ...journal.commands import Command
+from ...journal.protocol import Durability
+from ...journal.records import Event
+from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
+from .client import ClientSide as _ClientSide
+from .tx import SqliteTx
+from .writer import Writer
 
 __all__ = ["SqliteStore"]
 
@@ -52,30 +52,6 @@ FsyncMode = Literal["barriers", "always"]
 #: a number after an OS crash loses them (DESIGN §6).
 SEQUENCE_RESERVATION = 10_000
 
-
-def _migrations() -> list[tuple[int, str]]:
-    folder = resources.files("stead.store").joinpath("sql").joinpath("sqlite")
-    found = []
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            found.append((int(name[:4]), entry.read_text(encoding="utf-8")))
-    return sorted(found)
-
-
-def _statements(script: str) -> list[str]:
-    statements, current = [], ""
-    for line in script.splitlines(keepends=True):
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    if current.strip() and not current.strip().startswith("--"):
-        statements.append(current.strip())
-    return [s for s in statements if s]
-
-
-SCHEMA_VERSION = max(v for v, _ in _migrations())
 
 #: Pauses between tries of the owner's lock before a second owner is refused (None: give up).
 _LOCK_PAUSES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, None)
@@ -97,68 +73,6 @@ def _is_busy(exc: BaseException) -> bool:
     if code:
         return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
     return "database is locked" in str(exc)
-
-
-def _expected_schema() -> dict[tuple[str, str], object]:
-    """What the migrations create: every table with its columns, every index with its
-    columns; computed once on an in-memory database."""
-    conn = sqlite3.connect(":memory:")
-    try:
-        for _number, script in _migrations():
-            for statement in _statements(script):
-                conn.execute(statement)
-        return _schema_of(conn)
-    finally:
-        conn.close()
-
-
-def _schema_of(conn: sqlite3.Connection) -> dict[tuple[str, str], object]:
-    found: dict[tuple[str, str], object] = {}
-    rows = conn.execute(
-        "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
-    ).fetchall()
-    for kind, name, table in rows:
-        shape: object
-        if kind == "table":
-            shape = sorted(tuple(row[1:6]) for row in conn.execute(f'PRAGMA table_xinfo("{name}")'))
-        elif kind == "index":
-            shape = (table, [tuple(row) for row in conn.execute(f'PRAGMA index_xinfo("{name}")')])
-        else:  # triggers and views: stead creates none
-            shape = None
-        found[(kind, name)] = shape
-    return found
-
-
-_EXPECTED_SCHEMA: dict[tuple[str, str], object] | None = None
-
-
-def _verify_schema(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a database whose schema is not what stead's migrations create: a trigger or a
-    view someone added runs their code inside stead's transactions."""
-    global _EXPECTED_SCHEMA
-    if _EXPECTED_SCHEMA is None:
-        _EXPECTED_SCHEMA = _expected_schema()
-    actual = _schema_of(conn)
-    unknown = sorted(f"{kind} {name!r}" for kind, name in actual.keys() - _EXPECTED_SCHEMA.keys())
-    missing = sorted(f"{kind} {name!r}" for kind, name in _EXPECTED_SCHEMA.keys() - actual.keys())
-    changed = sorted(
-        f"{kind} {name!r}"
-        for (kind, name), shape in actual.items()
-        if (kind, name) in _EXPECTED_SCHEMA and _EXPECTED_SCHEMA[(kind, name)] != shape
-    )
-    if unknown or missing or changed:
-        parts = []
-        if unknown:
-            parts.append("unknown " + ", ".join(unknown))
-        if missing:
-            parts.append("missing " + ", ".join(missing))
-        if changed:
-            parts.append("altered " + ", ".join(changed))
-        raise StorageError(
-            f"the stead database {path!r} has a schema stead did not create ({'; '.join(parts)}); "
-            "it was modified outside stead, so it is not opened. Restore a backup, or remove "
-            "what was added if you know why it is there"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,18 +302,15 @@ class SqliteStore:
                 f"process ({exc}); stop it and try again"
             ) from exc
         try:
-            version = self._schema_version(conn)
+            version = schema_version(conn)
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(
                     f"the stead database {self.path!r} has schema version {version}, newer than "
                     f"this stead reads ({SCHEMA_VERSION}); upgrade stead, or restore a backup "
                     "made by this version"
                 )
-            for number, script in _migrations():
-                if number > version:
-                    for statement in _statements(script):
-                        conn.execute(statement)
-            _verify_schema(conn, self.path)
+            migrate(conn, version)
+            verify_schema(conn, self.path)
             if version == 0:
                 conn.execute(
                     "INSERT INTO stead_meta (singleton, schema_version) VALUES (1, ?)",
@@ -454,22 +365,6 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
             raise
         return OpenInfo(previous_owner_crashed=crashed, next_sequence=next_sequence)
-
-    @staticmethod
-    def _schema_version(conn: sqlite3.Connection) -> int:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'stead_meta'"
-        ).fetchone()
-        if not exists:
-            others = conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]
-            if others:
-                raise StorageError(
-                    "this SQLite file holds other tables and no stead journal; "
-                    "give stead a file of its own"
-                )
-            return 0
-        row = conn.execute("SELECT schema_version FROM stead_meta").fetchone()
-        return int(row[0]) if row else 0
 
     def transact(
         self, fn: Callable[[SqliteTx], T], *, durability: Durability = "commit"
@@ -688,9 +583,9 @@ def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
     try:
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA trusted_schema = OFF")
-        version = SqliteStore._schema_version(conn)
+        version = schema_version(conn)
         if version == SCHEMA_VERSION:
-            _verify_schema(conn, text)
+            verify_schema(conn, text)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise ValidationError(f"{text!r} is not a stead database ({exc})") from exc

@@ -8,12 +8,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._clock import Clock, iso
-from .._json import JSON, digest_text, dumps, loads
-from ..journal.events import Payload
-from ..journal.keys import history_node
-from ..journal.protocol import InboxRow
-from ..journal.records import (
+from ..._clock import Clock, iso
+from ..._json import JSON, digest_text, dumps, loads
+from ...journal.events import Payload
+from ...journal.keys import history_node
+from ...journal.protocol import InboxRow
+from ...journal.records import (
     RUNNABLE_STATUSES,
     Event,
     Interaction,
@@ -22,112 +22,20 @@ from ..journal.records import (
     Run,
     RunStatus,
 )
-
-_RUN_COLUMNS = (
-    "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
-    "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
-    "started_at, finished_at, next_attempt_at, error_kind"
+from .._sql import (
+    INTERACTION_SELECT,
+    JSON_RUN_FIELDS,
+    OP_COLUMNS,
+    RUN_COLUMNS,
+    SQLITE,
+    TERMINAL_SQL,
+    UPDATABLE_RUN_FIELDS,
+    interaction_of,
+    load,
+    operation_of,
+    run_of,
+    time_of,
 )
-_OP_COLUMNS = (
-    "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
-    "created_at, updated_at, copied_from, attempt_base"
-)
-_TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
-_UPDATABLE_RUN_FIELDS = frozenset(
-    {
-        "status",
-        "history_head",
-        "history_length",
-        "outcome",
-        "error",
-        "attention_key",
-        "usage",
-        "started_at",
-        "finished_at",
-        "next_attempt_at",
-        "error_kind",
-    }
-)
-_JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
-
-
-def _time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value is not None else None
-
-
-def _load(value: str | None) -> JSON | None:
-    return loads(value) if value is not None else None
-
-
-def _run(row: Sequence[Any]) -> Run:
-    return Run(
-        id=row[0],
-        number=row[1],
-        session_id=row[2],
-        request_id=row[3],
-        kind=row[4],
-        agent_id=row[5],
-        version=row[6],
-        status=RunStatus(row[7]),
-        input=loads(row[8]),
-        history_head=row[9],
-        history_length=row[10],
-        outcome=_load(row[11]),
-        error=_load(row[12]),
-        attention_key=row[13],
-        usage=loads(row[14]),
-        created_at=datetime.fromisoformat(row[15]),
-        updated_at=datetime.fromisoformat(row[16]),
-        started_at=_time(row[17]),
-        finished_at=_time(row[18]),
-        next_attempt_at=_time(row[19]),
-        error_kind=row[20],
-    )
-
-
-def _operation(row: Sequence[Any]) -> Operation:
-    return Operation(
-        run_id=row[0],
-        key=row[1],
-        position=row[2],
-        kind=row[3],
-        status=row[4],
-        recovery=row[5],
-        input_hash=row[6],
-        input=loads(row[7]),
-        result=_load(row[8]),
-        attempts=row[9],
-        rerun=bool(row[10]),
-        created_at=datetime.fromisoformat(row[11]),
-        updated_at=datetime.fromisoformat(row[12]),
-        copied_from=row[13],
-        attempt_base=row[14],
-    )
-
-
-_INTERACTION_SELECT = (
-    "SELECT i.id, i.run_id, r.session_id, i.key, i.kind, i.status, i.tool, i.arguments, "
-    "i.digest, i.payload, i.response, i.requested_at, i.responded_at "
-    "FROM stead_interactions AS i JOIN stead_runs AS r ON r.id = i.run_id"
-)
-
-
-def _interaction(row: Sequence[Any]) -> Interaction:
-    return Interaction(
-        interaction_id=row[0],
-        run_id=row[1],
-        session_id=row[2],
-        key=row[3],
-        kind=row[4],
-        status=row[5],
-        tool=row[6],
-        arguments=loads(row[7]),
-        digest=row[8],
-        payload=loads(row[9]),
-        response=_load(row[10]),
-        requested_at=datetime.fromisoformat(row[11]),
-        responded_at=_time(row[12]),
-    )
 
 
 class SqliteTx:
@@ -185,42 +93,42 @@ class SqliteTx:
 
     def get_run(self, run_id: str) -> Run | None:
         row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,)
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,)
         ).fetchone()
-        return _run(row) if row else None
+        return run_of(row) if row else None
 
     def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
         row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS}, submission_digest FROM stead_runs "
+            f"SELECT {RUN_COLUMNS}, submission_digest FROM stead_runs "
             "WHERE session_id = ? AND request_id = ?",
             (session_id, request_id),
         ).fetchone()
-        return (_run(row), row[-1]) if row else None
+        return (run_of(row), row[-1]) if row else None
 
     def unfinished_in_session(self, session_id: str) -> Run | None:
         """The newest unfinished run of a session, if any."""
         row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
-            f"AND status NOT IN {_TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
+            f"AND status NOT IN {TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
             (session_id,),
         ).fetchone()
-        return _run(row) if row else None
+        return run_of(row) if row else None
 
     def later_started(self, run: Run) -> Run | None:
         row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
             "AND started_at IS NOT NULL ORDER BY number LIMIT 1",
             (run.session_id, run.number),
         ).fetchone()
-        return _run(row) if row else None
+        return run_of(row) if row else None
 
     def latest_completed(self, session_id: str, before: int) -> Run | None:
         row = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
             "AND status = 'completed' ORDER BY number DESC LIMIT 1",
             (session_id, before),
         ).fetchone()
-        return _run(row) if row else None
+        return run_of(row) if row else None
 
     def insert_run(
         self,
@@ -264,9 +172,9 @@ class SqliteTx:
         """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
         assignments, values = ["updated_at = ?"], [self.stamp()]
         for name, value in fields.items():
-            if name not in _UPDATABLE_RUN_FIELDS:
+            if name not in UPDATABLE_RUN_FIELDS:
                 raise ValueError(f"stead_runs.{name} cannot be updated")
-            if name in _JSON_RUN_FIELDS and value is not None:
+            if name in JSON_RUN_FIELDS and value is not None:
                 value = dumps(value)
             elif isinstance(value, RunStatus):
                 value = value.value
@@ -283,21 +191,21 @@ class SqliteTx:
         excluded = set(exclude)
         statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
+            f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
             "OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?)) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
-            f"AND p.number < r.number AND p.status NOT IN {_TERMINAL_SQL}) "
+            f"AND p.number < r.number AND p.status NOT IN {TERMINAL_SQL}) "
             "ORDER BY r.number LIMIT ?",
             (self.stamp(), limit + len(excluded)),
         ).fetchall()
-        return [run for run in map(_run, rows) if run.id not in excluded][:limit]
+        return [run for run in map(run_of, rows) if run.id not in excluded][:limit]
 
     def next_wakeup(self) -> datetime | None:
         """The earliest time a run in retry_wait becomes runnable."""
         row = self.conn.execute(
             "SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'"
         ).fetchone()
-        return _time(row[0])
+        return time_of(row[0])
 
     def list_runs(
         self,
@@ -324,10 +232,10 @@ class SqliteTx:
             values.append(before_number)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
             (*values, limit),
         ).fetchall()
-        return [_run(row) for row in rows]
+        return [run_of(row) for row in rows]
 
     def count_runs(self, statuses: Sequence[str]) -> int:
         marks = ", ".join("?" for _ in statuses)
@@ -341,17 +249,17 @@ class SqliteTx:
 
     def operations(self, run_id: str) -> list[Operation]:
         rows = self.conn.execute(
-            f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
+            f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
             (run_id,),
         ).fetchall()
-        return [_operation(row) for row in rows]
+        return [operation_of(row) for row in rows]
 
     def get_operation(self, run_id: str, key: str) -> Operation | None:
         row = self.conn.execute(
-            f"SELECT {_OP_COLUMNS} FROM stead_operations WHERE run_id = ? AND key = ?",
+            f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? AND key = ?",
             (run_id, key),
         ).fetchone()
-        return _operation(row) if row else None
+        return operation_of(row) if row else None
 
     def start_operation(
         self,
@@ -455,15 +363,15 @@ class SqliteTx:
 
     def get_interaction(self, interaction_id: str) -> Interaction | None:
         row = self.conn.execute(
-            f"{_INTERACTION_SELECT} WHERE i.id = ?", (interaction_id,)
+            f"{INTERACTION_SELECT} WHERE i.id = ?", (interaction_id,)
         ).fetchone()
-        return _interaction(row) if row else None
+        return interaction_of(row) if row else None
 
     def run_interactions(self, run_id: str) -> list[Interaction]:
         rows = self.conn.execute(
-            f"{_INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.rowid", (run_id,)
+            f"{INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.rowid", (run_id,)
         ).fetchall()
-        return [_interaction(row) for row in rows]
+        return [interaction_of(row) for row in rows]
 
     def list_interactions(
         self, *, status: str | None, session_id: str | None, run_id: str | None, limit: int
@@ -480,10 +388,10 @@ class SqliteTx:
                 values.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.conn.execute(
-            f"{_INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.rowid LIMIT ?",
+            f"{INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.rowid LIMIT ?",
             (*values, limit),
         ).fetchall()
-        return [_interaction(row) for row in rows]
+        return [interaction_of(row) for row in rows]
 
     def respond_interaction(self, interaction_id: str, response: JSON) -> None:
         self.conn.execute(
@@ -557,7 +465,7 @@ class SqliteTx:
     def put_blob(self, body: str) -> str:
         digest = digest_text(body)
         self.conn.execute(
-            "INSERT OR IGNORE INTO stead_blobs (hash, body) VALUES (?, ?)", (digest, body)
+            f"{SQLITE.insert_ignore} stead_blobs (hash, body) VALUES (?, ?)", (digest, body)
         )
         return digest
 
@@ -570,7 +478,8 @@ class SqliteTx:
     def put_history(self, nodes: Sequence[tuple[str, str | None, str]]) -> None:
         """Insert (hash, previous, message_blob) nodes; existing ones are kept."""
         self.conn.executemany(
-            "INSERT OR IGNORE INTO stead_history (hash, previous, message) VALUES (?, ?, ?)", nodes
+            f"{SQLITE.insert_ignore} stead_history (hash, previous, message) VALUES (?, ?, ?)",
+            nodes,
         )
 
     def history(self, head: str | None, length: int) -> list[str]:
@@ -614,7 +523,7 @@ class SqliteTx:
             "ORDER BY id LIMIT ?",
             (limit,),
         ).fetchall()
-        return [(row[0], loads(row[1]), row[2], _load(row[3])) for row in rows]
+        return [(row[0], loads(row[1]), row[2], load(row[3])) for row in rows]
 
     def answer_command(self, command_id: int, status: str, answer: JSON) -> None:
         self.conn.execute(
@@ -627,7 +536,7 @@ class SqliteTx:
         row = self.conn.execute(
             "SELECT id, command, status, answer FROM stead_inbox WHERE id = ?", (command_id,)
         ).fetchone()
-        return (row[0], loads(row[1]), row[2], _load(row[3])) if row else None
+        return (row[0], loads(row[1]), row[2], load(row[3])) if row else None
 
 
 __all__ = ["SqliteTx", "history_node"]

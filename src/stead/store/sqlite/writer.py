@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import SteadError, StorageError
-from ..journal.records import Event
+from ...errors import SteadError, StorageError
+from ...journal.records import Event
 
 T = TypeVar("T")
 Tx = TypeVar("Tx")

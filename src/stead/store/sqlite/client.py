@@ -16,17 +16,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import errors
-from .._clock import SystemClock
-from ..errors import SchemaVersionError, SteadError, StorageError, ValidationError
-from ..journal import transitions
-from ..journal.commands import Command, command_to_json, describe
-from .sqlite_tx import SqliteTx
+from ..._clock import SystemClock
+from ...errors import SchemaVersionError, StorageError, ValidationError
+from ...journal import transitions
+from ...journal.commands import Command, answer_of, command_to_json, describe
+from ..migrate import SCHEMA_VERSION, schema_version, verify_schema
+from .tx import SqliteTx
 
 if TYPE_CHECKING:
-    from .sqlite import SqliteStore
+    from .store import SqliteStore
 
-__all__ = ["ClientSide", "answer_of", "error_answer"]
+__all__ = ["ClientSide"]
 
 T = TypeVar("T")
 
@@ -34,31 +34,10 @@ T = TypeVar("T")
 POLL_INTERVAL = 0.025
 
 
-def error_answer(exc: SteadError) -> dict[str, Any]:
-    """The stored answer of a command that failed: the error's class and message."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
-
-
-def answer_of(answer: Any) -> Any:
-    """The value of a stored answer, or raise the error it holds as the same class."""
-    if isinstance(answer, dict) and "error" in answer:
-        error = answer["error"]
-        cls = getattr(errors, str(error.get("type")), None)
-        if not (isinstance(cls, type) and issubclass(cls, SteadError)):
-            cls = SteadError
-        try:
-            raise cls(error.get("message", "the command failed"))
-        except TypeError:  # an error class with a richer constructor
-            raise SteadError(error.get("message", "the command failed")) from None
-    return answer.get("value") if isinstance(answer, dict) else None
-
-
 class ClientSide:
     """One connection to a stead SQLite file that this process does not own."""
 
     def __init__(self, store: SqliteStore) -> None:
-        from .sqlite import SCHEMA_VERSION, SqliteStore, _verify_schema
-
         self._store = store
         path = store.path
         if not os.path.isfile(path):
@@ -72,7 +51,7 @@ class ClientSide:
             )
             conn.execute("PRAGMA trusted_schema = OFF")
             conn.execute("PRAGMA synchronous = FULL")  # a command applied here is acknowledged
-            version = SqliteStore._schema_version(conn)
+            version = schema_version(conn)
         except sqlite3.DatabaseError as exc:
             raise ValidationError(f"{path!r} is not a stead database ({exc})") from exc
         if version == 0:
@@ -92,7 +71,7 @@ class ClientSide:
                 f"{SCHEMA_VERSION}, then try again. Nothing was changed"
             )
         try:
-            _verify_schema(conn, path)
+            verify_schema(conn, path)
         except BaseException:
             conn.close()
             raise
