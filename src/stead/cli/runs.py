@@ -15,7 +15,7 @@ from rich.text import Text
 from ..errors import SteadError
 from ..journal.records import Event, Operation, Run
 from ..store.sqlite import open_reader
-from ..store.sqlite_tx import SqliteTx
+from ..store.sqlite import SqliteTx
 
 console = Console(highlight=False)
 
