@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .agent.agent import Agent
 from .agent.definition import AgentDefinition
-from .errors import NotFoundError, StorageError, ValidationError
+from .errors import NotFoundError, StorageError, ValidationError, shown
 from .journal.records import Run
 from .models.pricing import Price
 
@@ -44,7 +44,7 @@ class App:
         """Register an agent version (also while a runtime is open: ``retry()`` a run that was
         waiting for it)."""
         if not isinstance(agent, Agent):
-            raise ValidationError(f"App.register expects a stead.Agent, got {agent!r}")
+            raise ValidationError(f"App.register expects a stead.Agent, got {shown(agent)}")
         key = (agent.id, agent.version)
         existing = self._agents.get(key)
         if existing is not None and existing is not agent:

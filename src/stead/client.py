@@ -28,6 +28,7 @@ from .errors import (
     RunFailed,
     RuntimeClosedError,
     ValidationError,
+    shown,
 )
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry
@@ -65,7 +66,8 @@ class Client:
     ) -> None:
         if not callable(getattr(store, "client_command", None)):
             raise ValidationError(
-                f"a stead client needs a stead store such as stead.SqliteStore(path), got {store!r}"
+                f"a stead client needs a stead store such as stead.SqliteStore(path), got "
+                f"{shown(store)}"
             )
         if (
             isinstance(command_timeout, bool)
@@ -73,7 +75,8 @@ class Client:
             or not 0 < command_timeout < float("inf")
         ):
             raise ValidationError(
-                f"command_timeout must be a positive number of seconds, got {command_timeout!r}"
+                f"command_timeout must be a positive number of seconds, got "
+                f"{shown(command_timeout)}"
             )
         self.store = store
         self.command_timeout = float(command_timeout)
@@ -185,7 +188,9 @@ class Client:
                 or not after.isdigit()
                 or len(after) > 18
             ):
-                raise ValidationError(f"after must be a cursor from a previous page, got {after!r}")
+                raise ValidationError(
+                    f"after must be a cursor from a previous page, got {shown(after)}"
+                )
             before = int(after)
         runs = await self._read(
             lambda tx: tx.list_runs(
@@ -226,7 +231,7 @@ class Client:
         """The run's events after sequence ``after``: persisted ones, then live ones as they
         commit, ending after the run's terminal status event."""
         if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63:
-            raise ValidationError(f"after must be an event sequence >= 0, got {after!r}")
+            raise ValidationError(f"after must be an event sequence >= 0, got {shown(after)}")
         await self.run_record(run_id)
         cursor = after
         subscription = self._subscribe(run_id)
@@ -259,7 +264,7 @@ class Client:
             or not 0 <= timeout < float("inf")
         ):
             raise ValidationError(
-                f"timeout must be a number of seconds >= 0 or None, got {timeout!r}"
+                f"timeout must be a number of seconds >= 0 or None, got {shown(timeout)}"
             )
         try:
             async with asyncio.timeout(timeout):
@@ -317,7 +322,7 @@ class Client:
         require_id("interaction_id", interaction_id)
         if not isinstance(response, Approve | Deny | Answer):
             raise ValidationError(
-                f"respond() takes stead.Approve, stead.Deny or stead.Answer, got {response!r}"
+                f"respond() takes stead.Approve, stead.Deny or stead.Answer, got {shown(response)}"
             )
         if run_id is not None:
             found = await self._read(lambda tx: tx.get_interaction(interaction_id))
@@ -423,9 +428,7 @@ class Client:
             for op in tx.operations(run_id):
                 if op.kind != "model" or op.status != "completed":
                     continue
-                if not isinstance(op.result, dict) or not isinstance(
-                    op.result.get("message"), str
-                ):
+                if not isinstance(op.result, dict) or not isinstance(op.result.get("message"), str):
                     continue
                 message = message_from_json(loads(tx.get_blob(op.result["message"])))
                 if isinstance(message, AssistantMessage):
@@ -480,7 +483,7 @@ def _events_after(run_id: str, after: int, limit: int) -> Callable[[Tx], list[Ev
 
 def _require_limit(limit: object) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise ValidationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        raise ValidationError(f"limit must be an integer from 1 to 1000, got {shown(limit)}")
 
 
 def _read_outcome(tx: Tx, run_id: str) -> tuple[Run, list[str]] | None:

@@ -21,6 +21,7 @@ Every message says what happened, to what (run id, operation key, path) and what
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 
 __all__ = [
@@ -38,6 +39,31 @@ __all__ = [
     "StorageError",
     "ValidationError",
 ]
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 80
+_REPR.maxother = 80
+
+
+def shown(value: object) -> str:
+    """A short, safe ``repr`` of a value for an error message: bounded in length and depth,
+    and never raising (an int too long to print, a value whose ``repr`` fails)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<an integer of {value.bit_length()} bits>"
+    try:
+        return _REPR.repr(value)
+    except Exception:
+        return f"<a {type(value).__name__} that cannot be shown>"
+
+
+def described(exc: BaseException) -> str:
+    """``"Type: message"`` for an exception, never raising (whatever its arguments are)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = shown(exc.args)
+    return f"{type(exc).__name__}: {text}"
 
 
 class SteadError(Exception):

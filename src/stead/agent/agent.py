@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..models import Model
 from .policies import Budget, RetryPolicy
 from .tools import Tool
@@ -36,7 +36,9 @@ class Agent:
         for name in ("id", "version"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise ValidationError(f"Agent {name} must be a non-blank string, got {value!r}")
+                raise ValidationError(
+                    f"Agent {name} must be a non-blank string, got {shown(value)}"
+                )
         if isinstance(self.model, str):
             from ..models.registry import resolve_model
 
@@ -55,7 +57,8 @@ class Agent:
             or self.max_turns < 1
         ):
             raise ValidationError(
-                f"agent {self.id!r}: max_turns must be a positive integer, got {self.max_turns!r}"
+                f"agent {self.id!r}: max_turns must be a positive integer, got "
+                f"{shown(self.max_turns)}"
             )
         if self.model_retry is not None and not isinstance(self.model_retry, RetryPolicy):
             raise ValidationError(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._json import JSON, NotJSONError, check_text, to_json
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from .tools import Tool, tool
 
 __all__ = ["Answer", "ApprovalRequired", "Approve", "Deny", "Response", "ask_user"]
@@ -39,7 +39,7 @@ def _text(name: str, value: object, *, required: bool = False) -> str | None:
         return None
     if not isinstance(value, str) or (required and not value.strip()):
         raise ValidationError(
-            f"{name} must be a {'non-blank ' if required else ''}string, got {value!r}"
+            f"{name} must be a {'non-blank ' if required else ''}string, got {shown(value)}"
         )
     problem = check_text(value)
     if problem is not None:

@@ -30,7 +30,7 @@ from .._json import (
     storable_text,
     to_json,
 )
-from ..errors import ModelError
+from ..errors import ModelError, described, shown
 from ..journal.events import ModelCompleted, ModelStarted, ToolCompleted, ToolStarted
 from ..journal.keys import approval_key, budget_key, model_key, tool_key
 from ..journal.records import Interaction, Recovery, Writes
@@ -245,29 +245,29 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
     """The message and result a response is journaled as; raises :class:`ModelError` for a
     response of the wrong shape and :class:`NotJSONError` for content JSON cannot hold."""
     if not isinstance(response.text, str):
-        raise ModelError(f"ModelResponse.text must be a string, not {response.text!r}")
+        raise ModelError(f"ModelResponse.text must be a string, not {shown(response.text)}")
     if not isinstance(response.tool_calls, tuple | list):
         raise ModelError(
             f"ModelResponse.tool_calls must be a tuple of stead.ToolCall, not "
-            f"{response.tool_calls!r}"
+            f"{shown(response.tool_calls)}"
         )
     for call in response.tool_calls:
         if not isinstance(call, ToolCall):
-            raise ModelError(f"a tool call must be a stead.ToolCall, not {call!r}")
+            raise ModelError(f"a tool call must be a stead.ToolCall, not {shown(call)}")
         if not isinstance(call.name, str) or not call.name:
-            raise ModelError(f"tool call {call!r} has no name")
+            raise ModelError(f"tool call {shown(call)} has no name")
         if call.id is not None and not isinstance(call.id, str):
-            raise ModelError(f"tool call {call.name!r} has id {call.id!r}; ids are strings")
+            raise ModelError(f"tool call {call.name!r} has id {shown(call.id)}; ids are strings")
         if not isinstance(call.arguments, Mapping):
             raise ModelError(
-                f"tool call {call.name!r} has arguments {call.arguments!r}; arguments are a "
+                f"tool call {call.name!r} has arguments {shown(call.arguments)}; arguments are a "
                 "dict of JSON values (an empty dict when there are none)"
             )
     usage = response.usage
     if not isinstance(usage, Usage) or any(
         isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage.to_json().values()
     ):
-        raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {usage!r}")
+        raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {shown(usage)}")
     message = AssistantMessage(
         text=storable_pairs(response.text),
         tool_calls=_normalize_calls(tuple(response.tool_calls), turn),
@@ -292,7 +292,7 @@ def _attempt_base(ctx: RunContext, key: str) -> int:
 
 def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop:
     # Provider adapters redact their own errors; this catches key-shaped text from any model.
-    detail = redact(f"{type(exc).__name__}: {exc}")
+    detail = redact(described(exc))
     retryable = (
         exc.retryable if isinstance(exc, ModelError) else isinstance(exc, OSError | TimeoutError)
     )
@@ -420,21 +420,20 @@ _TRACEBACK_LIMIT = 8000
 def _raised(tool_name: str, key: str, exc: Exception) -> JSON:
     """A tool raised: a committed failed result keeping the exception's type, message and
     traceback (also logged); the model receives the error as the tool's result."""
-    logger.warning(
-        "tool %r at %s raised %s: %s", tool_name, key, type(exc).__name__, exc, exc_info=exc
-    )
+    detail = described(exc)
+    logger.warning("tool %r at %s raised %s", tool_name, key, detail, exc_info=exc)
     trace = "".join(traceback.format_exception(exc))
     if len(trace) > _TRACEBACK_LIMIT:
         trace = "…" + trace[-_TRACEBACK_LIMIT:]
     return _failure(
-        f"{type(exc).__name__}: {exc}",
+        detail,
         exception=type(exc).__name__,
         traceback=storable_text(trace),
     )
 
 
-def _failure(error: str, **extra: JSON) -> JSON:
-    error = storable_text(error)
+def _failure(error: object, **extra: JSON) -> JSON:
+    error = storable_text(error if isinstance(error, str) else shown(error))
     return {"output": error, "failed": True, "error": error, **extra}
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._ids import jitter
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 
 __all__ = ["Budget", "RetryPolicy"]
 
@@ -24,7 +24,7 @@ def _positive(
         or not 0 < value < math.inf  # NaN and infinity are refused too
     ):
         kind = "integer" if integer else "finite number"
-        raise ValidationError(f"{owner}.{name} must be a positive {kind}, got {value!r}")
+        raise ValidationError(f"{owner}.{name} must be a positive {kind}, got {shown(value)}")
 
 
 @dataclass(frozen=True, slots=True)

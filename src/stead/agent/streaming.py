@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from .._json import JSON, storable_text
-from ..errors import ValidationError
+from ..errors import ValidationError, described
 from ..journal.events import ModelAttemptFailed, ModelAttemptStarted, ModelDelta
 from ..messages import ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 from ..models._redact import redact
@@ -124,7 +124,7 @@ async def stream_response(
                 key=key,
                 attempt=attempt,
                 attempt_id=attempt_id,
-                error=storable_text(redact(f"{type(exc).__name__}: {exc}")),
+                error=storable_text(redact(described(exc))),
             )
         )
         raise

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import pydantic
 
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..journal.records import RECOVERY_POLICIES, Recovery
 from ..messages import ToolSpec
 
@@ -67,7 +67,7 @@ class Tool:
         max_attempts: int = 3,
     ) -> None:
         if not callable(fn):
-            raise ValidationError(f"a tool must wrap a function, got {fn!r}")
+            raise ValidationError(f"a tool must wrap a function, got {shown(fn)}")
         if recovery not in RECOVERY_POLICIES:
             raise ValidationError(
                 f"tool {getattr(fn, '__name__', fn)!r}: recovery must be one of "
@@ -84,7 +84,8 @@ class Tool:
         self.recovery: Recovery = recovery
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValidationError(
-                f"tool {tool_name!r}: max_attempts must be a positive integer, got {max_attempts!r}"
+                f"tool {tool_name!r}: max_attempts must be a positive integer, got "
+                f"{shown(max_attempts)}"
             )
         self.max_attempts = max_attempts
         if not isinstance(approval, bool) and not callable(approval):

@@ -55,12 +55,23 @@ class Payload:
     def data(self) -> dict[str, JSON]:
         """The event's stored data: every required field, and optional ones that are set."""
         out: dict[str, JSON] = {}
-        for field in dataclasses.fields(self):
-            value: Any = getattr(self, field.name)
-            if value is None and field.default is None:
+        for name, optional in _shape(type(self)):
+            value: Any = getattr(self, name)
+            if value is None and optional:
                 continue
-            out[field.name] = value
+            out[name] = value
         return out
+
+
+_SHAPES: dict[type[Payload], tuple[tuple[str, bool], ...]] = {}
+
+
+def _shape(cls: type[Payload]) -> tuple[tuple[str, bool], ...]:
+    """(field name, optional) of a payload class, computed once."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = tuple((f.name, f.default is None) for f in dataclasses.fields(cls))
+    return shape
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,8 +139,13 @@ class Store(Protocol):
     clock: Clock
 
     def transact(
-        self, fn: Callable[[Any], T], *, durability: Durability = "commit"
-    ) -> Awaitable[T]: ...
+        self, fn: Callable[[Any], T], *, durability: Durability = "commit", isolated: bool = True
+    ) -> Awaitable[T]:
+        """Run ``fn(tx)`` in a transaction. An ``isolated`` one may raise a
+        :class:`~stead.errors.SteadError` as its answer and keeps nothing of its own writes;
+        the journal's own writes, which never refuse, skip that cost (a failure poisons)."""
+        ...
+
     def read(self, fn: Callable[[Any], T]) -> Awaitable[T]: ...
 
 

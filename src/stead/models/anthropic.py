@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError, ValidationError
+from ..errors import shown as safe_repr
 from ..messages import (
     AssistantMessage,
     ModelRequest,
@@ -102,10 +103,10 @@ class AnthropicModel:
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
-            raise ValidationError(f"AnthropicModel needs a model name, got {model!r}")
+            raise ValidationError(f"AnthropicModel needs a model name, got {safe_repr(model)}")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValidationError(
-                f"AnthropicModel max_tokens must be a positive int, got {max_tokens!r}"
+                f"AnthropicModel max_tokens must be a positive int, got {safe_repr(max_tokens)}"
             )
         settings = dict(settings or {})
         reserved = sorted(_RESERVED.intersection(settings))

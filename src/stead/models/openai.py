@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._json import canonical
 from ..errors import ModelError, ValidationError
+from ..errors import shown as safe_repr
 from ..messages import (
     AssistantMessage,
     ModelRequest,
@@ -97,7 +98,7 @@ class OpenAIModel:
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
-            raise ValidationError(f"OpenAIModel needs a model name, got {model!r}")
+            raise ValidationError(f"OpenAIModel needs a model name, got {safe_repr(model)}")
         settings = dict(settings or {})
         reserved = sorted(_RESERVED.intersection(settings))
         if reserved:

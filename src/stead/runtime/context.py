@@ -76,7 +76,7 @@ class RunContext:
 
     def _write(self, fn: Callable[[Any], Any], durability: Durability) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.ensure_future(
-            self._store.transact(fn, durability=durability)
+            self._store.transact(fn, durability=durability, isolated=False)
         )
         future.add_done_callback(_consume)
         return future

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ..errors import StorageError
+from ..errors import StorageError, described
 from ..journal import transitions
 from ..journal.protocol import Store
 from ..journal.records import Recovery, RunStatus
@@ -157,7 +157,7 @@ class Executor:
         only raise the same exception again."""
         trace = "".join(traceback.format_exception(exc))
         uncertain = next((key for key, policy in in_flight.items() if policy != "safe"), None)
-        detail = f"{type(exc).__name__}: {exc}"
+        detail = described(exc)
         if uncertain is not None:
             status = RunStatus.NEEDS_ATTENTION
             reason = (

@@ -23,6 +23,7 @@ from ..errors import (
     SteadError,
     StorageError,
     ValidationError,
+    shown,
 )
 from ..handle import RunHandle, RunOutcome
 from ..journal import transitions
@@ -64,13 +65,13 @@ class Runtime(Client):
             or max_concurrent_runs < 1
         ):
             raise ValidationError(
-                f"max_concurrent_runs must be a positive integer, got {max_concurrent_runs!r}"
+                f"max_concurrent_runs must be a positive integer, got {shown(max_concurrent_runs)}"
             )
         if not callable(getattr(store, "acquire", None)) or not callable(
             getattr(store, "client_command", None)
         ):
             raise ValidationError(
-                f"App.open needs a stead store such as stead.SqliteStore(path), got {store!r}"
+                f"App.open needs a stead store such as stead.SqliteStore(path), got {shown(store)}"
             )
         super().__init__(cast(ClientStore, store), prices=app.prices, limits=limits)
         self.store: OwnedStore = store  # type: ignore[assignment]

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Union
 
 from .._json import canonical
-from ..errors import ValidationError
+from ..errors import ValidationError, shown
 from ..messages import (
     ModelRequest,
     ModelResponse,
@@ -118,7 +118,7 @@ class FunctionModel(_Streams):
         chunk_delay: float = 0.0,
     ) -> None:
         if not callable(fn):
-            raise ValidationError(f"FunctionModel needs a callable, got {fn!r}")
+            raise ValidationError(f"FunctionModel needs a callable, got {shown(fn)}")
         self.fn = fn
         self.model_id = model_id
         self.chunk_delay = chunk_delay

@@ -367,15 +367,22 @@ class SqliteStore:
         return OpenInfo(previous_owner_crashed=crashed, next_sequence=next_sequence)
 
     def transact(
-        self, fn: Callable[[SqliteTx], T], *, durability: Durability = "commit"
+        self,
+        fn: Callable[[SqliteTx], T],
+        *,
+        durability: Durability = "commit",
+        isolated: bool = True,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)`` on the writer; the future resolves once it is committed (and, for a
         ``barrier``, on disk). A ``lazy`` transaction is one nobody waits for: it shares the next
-        commit, has no savepoint of its own, and its failure poisons the store."""
+        commit. An ``isolated`` one runs inside a savepoint, so a refusal undoes its writes alone;
+        otherwise its failure poisons the store."""
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
         lazy = durability == "lazy"
-        return self._writer.submit(fn, barrier=durability == "barrier", checked=not lazy, lazy=lazy)
+        return self._writer.submit(
+            fn, barrier=durability == "barrier", checked=isolated and not lazy, lazy=lazy
+        )
 
     def read(self, fn: Callable[[SqliteTx], T]) -> asyncio.Future[T]:
         """Queue a read on the owner's connection (it sees every commit before it)."""
