@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/peers.py
+	$(BIN)/python benchmarks/idle_cpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stead-demo.db*

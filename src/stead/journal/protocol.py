@@ -163,8 +163,9 @@ class OwnedStore(Store, Protocol):
 
     async def aclose(self) -> None: ...
 
-    def changed_elsewhere(self) -> Awaitable[bool]:
-        """Whether another process committed since the last call (commands posted to it)."""
+    def changed_elsewhere(self) -> bool:
+        """Whether another process committed since the last call (commands posted to it);
+        cheap enough to ask a few times a second."""
         ...
 
 

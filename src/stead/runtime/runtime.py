@@ -42,7 +42,7 @@ __all__ = ["Limits", "Runtime"]
 
 _OUTCOME_CACHE = 1024
 #: How often the owner looks for commands other processes posted (a cheap, diskless check).
-INBOX_INTERVAL = 0.1
+INBOX_INTERVAL = 0.2
 #: Commands applied per inbox transaction.
 _INBOX_BATCH = 100
 
@@ -313,7 +313,7 @@ class Runtime(Client):
         while True:
             await asyncio.sleep(INBOX_INTERVAL)
             try:
-                if await self.store.changed_elsewhere():
+                if self.store.changed_elsewhere():
                     await self._drain_inbox()
             except StorageError:
                 return

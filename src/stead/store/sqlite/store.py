@@ -390,13 +390,14 @@ class SqliteStore:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
         return self._writer.submit(fn, read_only=True)
 
-    def changed_elsewhere(self) -> asyncio.Future[bool]:
+    def changed_elsewhere(self) -> bool:
         """Whether another process committed to the file since the last call (a command
-        posted to the inbox, say): ``PRAGMA data_version``, which costs no disk access."""
-        return self.read(self._data_version_moved)
-
-    def _data_version_moved(self, tx: SqliteTx) -> bool:
-        version = int(tx.conn.execute("PRAGMA data_version").fetchone()[0])
+        posted to the inbox, say): ``PRAGMA data_version``, which costs no disk access. Called
+        on the event loop between the writer's batches, when the connection is idle."""
+        conn = self._conn
+        if conn is None or self._writer is None or self._writer.poisoned is not None:
+            return False
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         moved, self._data_version = version != self._data_version, version
         return moved
 
