@@ -1,8 +1,8 @@
 """How much CPU an idle runtime uses: an open store, an empty inbox, nothing to run.
 
 An owner notices commands other processes post with a diskless check of the file every 200 ms
-(``PRAGMA data_version``, five times a second); this prints what that costs, as CPU seconds per idle minute, and what
-a command posted from another process waits before it is applied.
+(``PRAGMA data_version``); this prints what that costs, as CPU seconds per idle minute, and
+what a command posted from another process waits before it is applied.
 
     python benchmarks/idle_cpu.py [--seconds 20]
 """
