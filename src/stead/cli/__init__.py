@@ -1,20 +1,52 @@
-"""The ``stead`` command."""
+"""The ``stead`` command: act on the runs of a stead database from any process.
+
+Every command takes ``--db PATH`` (or ``$STEAD_DB``; default ``./stead.db``) and ``--json``.
+Reads and changes go through :class:`stead.Client` only, so they work the same whether a
+runtime owns the database (a change goes to its inbox and it applies it) or none is running
+(the change is applied in place and the next runtime continues the run).
+"""
 
 from __future__ import annotations
 
 import click
 
 from .demo import demo
+from .interactions import answer, approve, deny, interactions
+from .operator import cancel, fork, resolve, retry
 from .runs import runs
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="stead")
 def main() -> None:
-    """stead: durable execution for LLM agent runs."""
+    """stead: durable execution for LLM agent runs.
+
+    \b
+    Inspect runs:
+      stead runs list [--status S] [--session S] [--agent A]
+      stead runs show RUN_ID            status, why, and the command that moves it on
+      stead runs events RUN_ID --follow
+    Answer the approval queue:
+      stead interactions list
+      stead approve ID | stead deny ID --reason R | stead answer ID VALUE
+    Operate on runs:
+      stead resolve RUN_ID KEY --output JSON | stead retry RUN_ID
+      stead cancel RUN_ID | stead fork RUN_ID --before KEY
+
+    Every command takes --db PATH (or STEAD_DB; default ./stead.db) and --json. Exit status:
+    0 done, 1 an error (one line on stderr says what to do), 2 a usage error.
+    """
 
 
-main.add_command(demo)
 main.add_command(runs)
+main.add_command(interactions)
+main.add_command(approve)
+main.add_command(deny)
+main.add_command(answer)
+main.add_command(resolve)
+main.add_command(retry)
+main.add_command(cancel)
+main.add_command(fork)
+main.add_command(demo)

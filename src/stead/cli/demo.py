@@ -15,8 +15,11 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from ..store.sqlite import open_reader
-from .runs import events_table, operations_table, run_summary, safe_text
+from ..client import Client
+from ..journal.records import Event, Run
+from ._common import with_client
+from ._render import events_table, safe_text
+from .runs import RunView, read_run, render_run
 
 console = Console(highlight=False)
 
@@ -53,6 +56,13 @@ def _show(line: str) -> dict[str, object]:
             )
         )
     return record
+
+
+async def _read_back(client: Client) -> tuple[RunView, list[Event]]:
+    """The demo's run as ``stead runs show`` sees it, and all its events (it has ended)."""
+    page = await client.list_runs(limit=1)
+    run: Run = page.runs[0]
+    return await read_run(client, run.id), [event async for event in client.events(run.id)]
 
 
 @click.command()
@@ -133,17 +143,9 @@ def demo(db: str, kill_at: str | None) -> None:
         raise click.ClickException("the resumed run did not finish; see the output above")
     console.print(Text.assemble(("  ✓ completed: ", "bold green"), safe_text(output), "\n"))
 
-    reader = open_reader(path)
-    try:
-        run = reader.list_runs(
-            session_id=None, agent_id=None, statuses=None, before_number=None, limit=1
-        )[0]
-        operations = reader.operations(run.id)
-        events = reader.events_after(run.id, 0, 10_000)
-    finally:
-        reader.conn.close()
-    console.print(run_summary(run))
-    console.print(operations_table(operations))
+    view, events = with_client(str(path), _read_back)
+    run, operations = view.run, view.operations
+    console.print(render_run(view, str(path)))
     console.print(events_table(events))
 
     refunds = [json.loads(x) for x in ledger.read_text().splitlines() if x.strip()]

@@ -1,245 +1,273 @@
-"""``stead runs list|show|events``: read a journal without owning it."""
+"""``stead runs list|show|events``: read runs through a :class:`stead.Client`, from any process,
+whether or not a runtime owns the database. Reading never changes anything."""
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import shlex
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import click
-from rich.console import Console
-from rich.table import Column, Table
+from rich.console import RenderableType
 from rich.text import Text
 
-from ..errors import SteadError
-from ..journal.records import Event, Operation, Run
-from ..store.sqlite import open_reader
-from ..store.sqlite import SqliteTx
-
-console = Console(highlight=False)
-
-db_option = click.option(
-    "--db",
-    "db",
-    default="stead-demo.db",
-    show_default=True,
-    help="Path of the stead SQLite database.",
+from ..agent.checkpoint import Checkpoint
+from ..client import Client
+from ..journal.records import Event, Interaction, Operation, Run, RunStatus
+from ..messages import AssistantMessage
+from ._common import console, db_option, emit_json, json_option, print_out, with_client
+from ._render import (
+    event_line,
+    events_table,
+    local_time,
+    plain,
+    runs_table,
+    safe_text,
+    show_json,
+    show_run,
 )
 
+__all__ = ["RunView", "read_run", "runs", "safe_text"]
 
-@contextmanager
-def _reader(path: str) -> Iterator[SqliteTx]:
-    try:
-        tx = open_reader(path)
-    except SteadError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        yield tx
-    finally:
-        tx.conn.close()
-
-
-# Characters a terminal would act on, or that would disguise the text around them: C0 controls
-# (tab and newline only in one-line mode), DEL, C1 controls (0x9b is a one-byte CSI), the Unicode
-# line/paragraph separators, and the bidi marks, embeddings, overrides and isolates.
-_BIDI = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_UNSAFE = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
-_UNSAFE_ONE_LINE = re.compile(rf"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _visible(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
-
-
-def _plain(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def safe_text(value: object, *, style: str = "", one_line: bool = False) -> Text:
-    """``value`` as inert rich text: the one way journal data reaches the terminal.
-
-    A str is taken as is, anything else as its JSON. The result is a :class:`rich.text.Text`,
-    which rich never parses as markup (``[link=...]``, ``[/]``) or emoji codes, and every
-    control character is replaced by a visible Python-style escape (``\\x1b``, ``\\r``,
-    ``\\x9b``, ``\\u202e``): C0 controls except tab and newline (those too with
-    ``one_line=True``), DEL, C1 controls, U+2028/U+2029 and the bidi controls. Backslashes
-    themselves are left alone, so ``\\x1b`` in the output may also be those four characters.
-    """
-    pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
-    return Text(pattern.sub(_visible, _plain(value)), style=style)
-
-
-def _line(*parts: object, one_line: bool = False) -> Text:
-    """Join ``parts`` into one text: :class:`Text` parts as they are, the rest via ``safe_text``."""
-    line = Text()
-    for part in parts:
-        line.append_text(part if isinstance(part, Text) else safe_text(part, one_line=one_line))
-    return line
-
-
-def _short(value: object, width: int = 60) -> Text:
-    """A one-line preview of ``value``: cut to ``width`` characters, then made safe."""
-    text = _plain(value)
-    return safe_text(text if len(text) <= width else text[: width - 1] + "…", one_line=True)
+STATUSES = [status.value for status in RunStatus]
 
 
 @click.group()
 def runs() -> None:
-    """Inspect runs in a stead database."""
+    """Inspect runs: list them, show one (status, why, what to do next), follow its events."""
 
 
 @runs.command("list")
-@db_option
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(STATUSES),
+    help="Only runs with this status (repeat for several).",
+)
 @click.option("--session", default=None, help="Only runs of this session.")
-@click.option("--status", default=None, help="Only runs with this status.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
-def list_runs(db: str, session: str | None, status: str | None, limit: int) -> None:
-    """List runs, newest first."""
-    with _reader(db) as tx:
-        found = tx.list_runs(
+@click.option("--agent", default=None, help="Only runs of this agent id.")
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="Runs per page."
+)
+@click.option(
+    "--after",
+    default=None,
+    metavar="CURSOR",
+    help="Continue a previous listing: the cursor it printed.",
+)
+@db_option
+@json_option
+def list_runs(
+    statuses: tuple[str, ...],
+    session: str | None,
+    agent: str | None,
+    limit: int,
+    after: str | None,
+    db: str,
+    as_json: bool,
+) -> None:
+    """List runs, newest first: status, local times, duration, tokens and cost.
+
+    \b
+    Examples:
+      stead runs list --status waiting --status needs_attention
+      stead runs list --session customer-42 --json
+    """
+
+    async def read(client: Client) -> tuple[list[Run], str | None, dict[str, float | None]]:
+        page = await client.list_runs(
             session_id=session,
-            agent_id=None,
-            statuses=[status] if status else None,
-            before_number=None,
+            agent_id=agent,
+            status=list(statuses) or None,
+            after=after,
             limit=limit,
         )
-    table = Table("agent", "session", "request", "status", "created")
-    table.columns.insert(0, Column("run", no_wrap=True))
-    for run in found:
-        table.add_row(
-            safe_text(run.id),
-            _line(run.agent_id, "@", run.version),
-            safe_text(run.session_id),
-            safe_text(run.request_id),
-            safe_text(run.status.value),
-            safe_text(run.created_at.strftime("%Y-%m-%d %H:%M:%S")),
+        found = list(page.runs)
+        costs = await client.costs([run.id for run in found])
+        return found, page.next_cursor, costs
+
+    found, cursor, costs = with_client(db, read)
+    if as_json:
+        emit_json(
+            {
+                "runs": [{**plain(run), "cost_usd": costs.get(run.id)} for run in found],
+                "next_cursor": cursor,
+            }
         )
-    console.print(table if found else "no runs")
-
-
-def operations_table(operations: list[Operation]) -> Table:
-    table = Table(
-        "operation", "kind", "recovery", "status", "attempts", "result", title="operations"
-    )
-    for op in operations:
-        result = (
-            Text()
-            if op.result is None
-            else _short(
-                op.result.get("text") or op.result.get("tool_calls")
-                if op.kind == "model"
-                else op.result.get("output")
+        return
+    if not found:
+        filters = [f"status {' or '.join(statuses)}"] if statuses else []
+        filters += [f"session {session!r}"] if session else []
+        filters += [f"agent {agent!r}"] if agent else []
+        where = f" with {', '.join(filters)}" if filters else ""
+        print_out(safe_text(f"no runs{where} in {db}" + (" after that cursor" if after else "")))
+        return
+    print_out(runs_table(found, costs, console.width))
+    if cursor is not None:
+        words = ["stead", "runs", "list"]
+        for status in statuses:
+            words += ["--status", status]
+        for flag, value in (("--session", session), ("--agent", agent)):
+            if value is not None:
+                words += [flag, value]
+        if limit != 50:
+            words += ["--limit", str(limit)]
+        words += ["--after", cursor, "--db", db]
+        print_out(
+            safe_text(
+                f"more runs than these {len(found)}; the next page: "
+                + " ".join(shlex.quote(w) for w in words),
+                one_line=True,
             )
         )
-        table.add_row(
-            safe_text(op.key),
-            safe_text(op.kind),
-            safe_text(op.recovery),
-            safe_text(op.status),
-            safe_text(op.attempts),
-            result,
-        )
-    return table
 
 
-def describe(event: Event) -> Text:
-    """One line a person can read for an event (journal values made safe by ``safe_text``)."""
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """What ``stead runs show`` reads of a run, in one place."""
 
-    def line(*parts: object) -> Text:
-        return _line(*parts, one_line=True)
-
-    data = event.data
-    key = line(data.get("key", ""))
-    attempt = line(" (attempt ", data["attempt"], ")") if data.get("attempt", 1) != 1 else ""
-    if event.kind == "submitted":
-        return line(data["agent_id"], "@", data["version"], " request ", data["request_id"])
-    if event.kind == "status":
-        extra = ", resumed after a stop" if data.get("resumed") else ""
-        reason = line(": ", data["reason"]) if data.get("reason") else ""
-        return line(data["status"], extra, reason)
-    if event.kind == "model_completed":
-        calls = ", ".join(_plain(c["name"]) for c in data.get("tool_calls", []))
-        return line(key, " → ", line("call ", calls) if calls else _short(data.get("text", ""), 60))
-    if event.kind == "tool_started":
-        return line(key, " ", data.get("tool"), attempt)
-    if event.kind == "tool_completed":
-        verdict = "failed: " if data.get("failed") else ""
-        return line(key, " → ", verdict, _short(data.get("output"), 50))
-    return line(key, attempt) if key else _short(data, 70)
+    run: Run
+    operations: list[Operation]
+    checkpoint: Checkpoint
+    responses: dict[str, AssistantMessage]
+    interactions: list[Interaction]
+    cursor: int
 
 
-def events_table(events: list[Event]) -> Table:
-    table = Table("seq", "time", "event", "detail", title="events")
-    for event in events:
-        table.add_row(
-            safe_text(event.sequence),
-            safe_text(event.created_at.strftime("%H:%M:%S.%f")[:-3]),
-            safe_text(event.kind),
-            describe(event),
-        )
-    return table
+async def read_run(client: Client, run_id: str) -> RunView:
+    snapshot = await client.snapshot(run_id)
+    responses = await client.model_responses(run_id)
+    interactions = await client.list_interactions(status=None, run_id=run_id, limit=1000)
+    return RunView(
+        run=snapshot.run,
+        operations=list(snapshot.operations),
+        checkpoint=snapshot.checkpoint,
+        responses=responses,
+        interactions=interactions,
+        cursor=snapshot.cursor,
+    )
 
 
-def run_summary(run: Run) -> Text:
-    lines = [
-        _line(
-            safe_text(run.id, style="bold"),
-            "  ",
-            run.agent_id,
-            "@",
-            run.version,
-            "  session ",
-            run.session_id,
-            "  request ",
-            run.request_id,
-        ),
-        _line("status: ", safe_text(run.status.value, style="bold")),
-    ]
-    if run.error:
-        lines.append(_line("reason: ", run.error.get("reason")))
-    if run.outcome:
-        lines.append(_line("output: ", run.outcome.get("output")))
-    return Text("\n").join(lines)
-
-
-def _find(tx: SqliteTx, run_id: str) -> Run:
-    run = tx.get_run(run_id)
-    if run is None:
-        raise click.ClickException(
-            f"no run {run_id!r} in this database; `stead runs list` shows the runs it holds"
-        )
-    return run
+def render_run(view: RunView, db: str) -> RenderableType:
+    """``view`` as ``stead runs show`` prints it."""
+    return show_run(
+        view.run,
+        view.operations,
+        view.checkpoint,
+        view.responses,
+        view.interactions,
+        db,
+        console.width,
+    )
 
 
 @runs.command("show")
 @click.argument("run_id")
 @db_option
-def show(run_id: str, db: str) -> None:
-    """Show a run and its operations."""
-    with _reader(db) as tx:
-        run = _find(tx, run_id)
-        operations = tx.operations(run_id)
-    console.print(run_summary(run))
-    console.print(operations_table(operations))
+@json_option
+def show(run_id: str, db: str, as_json: bool) -> None:
+    """Show a run: its status and why, the commands that move it on (approve, deny, answer,
+    resolve, retry), its interactions, its operations with their results (model text and tool
+    calls, tool outputs), its usage and cost."""
+    view = with_client(db, lambda client: read_run(client, run_id))
+    if as_json:
+        emit_json(
+            show_json(
+                view.run,
+                view.operations,
+                view.checkpoint,
+                view.responses,
+                view.interactions,
+                view.cursor,
+                db,
+            )
+        )
+        return
+    print_out(render_run(view, db))
 
 
 @runs.command("events")
 @click.argument("run_id")
-@db_option
 @click.option(
     "--after",
     default=0,
     show_default=True,
-    type=click.IntRange(0),
-    help="Only events after this sequence.",
+    type=click.IntRange(0, 2**63 - 1),
+    metavar="SEQUENCE",
+    help="Only events after this sequence number.",
 )
-def events(run_id: str, db: str, after: int) -> None:
-    """Show a run's events."""
-    with _reader(db) as tx:
-        _find(tx, run_id)
-        found = tx.events_after(run_id, after, 100_000)
-    console.print(events_table(found))
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep printing events as they are written (by this or another process) until the "
+    "run ends; one JSON line per event with --json.",
+)
+@db_option
+@json_option
+def events(run_id: str, after: int, follow: bool, db: str, as_json: bool) -> None:
+    """Show a run's events, or follow them live with --follow (it exits when the run ends)."""
+    if follow:
+        _follow(run_id, after, db, as_json)
+        return
+
+    async def read(client: Client) -> list[Event]:
+        snapshot = await client.snapshot(run_id)
+        found: list[Event] = []
+        if snapshot.cursor <= after:
+            return found
+        stream = client.events(run_id, after)
+        try:
+            async for event in stream:
+                found.append(event)
+                if event.sequence >= snapshot.cursor:
+                    break
+        finally:
+            await _close(stream)
+        return found
+
+    found = with_client(db, read)
+    if as_json:
+        emit_json({"run_id": run_id, "events": [plain(e) for e in found]})
+        return
+    if not found:
+        print_out(safe_text(f"no events of run {run_id} after sequence {after}"))
+        return
+    print_out(events_table(found))
+
+
+def _follow(run_id: str, after: int, db: str, as_json: bool) -> None:
+    async def stream(client: Client) -> None:
+        run = await client.run_record(run_id)
+        if not as_json:
+            print_out(
+                Text.assemble(
+                    ("following run ", "dim"),
+                    safe_text(run.id, style="bold", one_line=True),
+                    (f" ({run.status.value}) since {local_time(run.created_at)}", "dim"),
+                    (" — ends when the run ends; Ctrl-C stops", "dim"),
+                )
+            )
+        found = client.events(run_id, after)
+        try:
+            async for event in found:
+                if as_json:
+                    emit_json(plain(event), lines=True)
+                else:
+                    print_out(event_line(event))
+                    console.file.flush()
+        finally:
+            await _close(found)
+
+    try:
+        with_client(db, stream)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+async def _close(stream: AsyncIterator[Event]) -> None:
+    """End an event stream left early (it is an async generator)."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._clock import SystemClock
@@ -46,11 +47,16 @@ class ClientSide:
                 "creates it: App.open(stead.SqliteStore(path)))"
             )
         try:
+            # Reads go through a read-only connection: looking never changes the file (closing
+            # a writable one could fold a dead owner's write-ahead log into it).
             conn = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=store.busy_timeout
+                f"{Path(path).resolve().as_uri()}?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=store.busy_timeout,
             )
             conn.execute("PRAGMA trusted_schema = OFF")
-            conn.execute("PRAGMA synchronous = FULL")  # a command applied here is acknowledged
             version = schema_version(conn)
         except sqlite3.DatabaseError as exc:
             raise ValidationError(f"{path!r} is not a stead database ({exc})") from exc
@@ -76,11 +82,28 @@ class ClientSide:
             conn.close()
             raise
         self._conn = conn
+        self._writer: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            if self._writer is not None:
+                self._writer.close()
+
+    def _writable(self) -> sqlite3.Connection:
+        """The connection commands are written on, opened on first use."""
+        if self._writer is None:
+            conn = sqlite3.connect(
+                self._store.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._store.busy_timeout,
+            )
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute("PRAGMA synchronous = FULL")  # a command applied here is acknowledged
+            self._writer = conn
+        return self._writer
 
     def read(self, fn: Callable[[SqliteTx], T]) -> T:
         with self._lock:
@@ -108,8 +131,8 @@ class ClientSide:
         """Apply ``command`` here if no runtime owns the file, else post it (blocking)."""
         lock = self._store.try_lock()
         with self._lock:
-            conn = self._conn
             try:
+                conn = self._writable()
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 if lock is not None:
