@@ -33,15 +33,17 @@ def build_app(ledger: str, model: stead.Model | str | None = None) -> stead.App:
     async def refund(order_id: str, amount: float, ctx: stead.ToolContext) -> dict[str, object]:
         """Refund an order through the payment provider (deduplicates on the idempotency key)."""
         await asyncio.sleep(0.3)
-        with open(ledger, "a", encoding="utf-8") as f:  # the outside world: a payments ledger
-            f.write(
-                json.dumps(
-                    {"order_id": order_id, "amount": amount, "idempotency_key": ctx.operation_id}
-                )
-                + "\n"
-            )
-            f.flush()
-            os.fsync(f.fileno())
+        # The outside world: a payments API that keeps one payment per idempotency key.
+        seen = ""
+        if os.path.exists(ledger):
+            with open(ledger, encoding="utf-8") as f:
+                seen = f.read()
+        if ctx.operation_id not in seen:
+            with open(ledger, "a", encoding="utf-8") as f:
+                line = {"order_id": order_id, "amount": amount, "idempotency_key": ctx.operation_id}
+                f.write(json.dumps(line) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         return {"refund_id": f"re_{order_id}", "amount": amount}
 
     async def slow(request: stead.ModelRequest) -> stead.ModelResponse:
@@ -91,4 +93,8 @@ async def main(db: str, ledger: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    try:
+        asyncio.run(main(sys.argv[1], sys.argv[2]))
+    except stead.SteadError as exc:  # the parent shows it as one line
+        print(json.dumps({"error": str(exc)}), flush=True)
+        sys.exit(1)

@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..client import Client
+from ..errors import SteadError
 from ..journal.records import Event, Run
 from ._common import with_client
 from ._render import events_table, safe_text
@@ -40,6 +41,42 @@ def _child(db: Path, ledger: Path) -> subprocess.Popen[str]:
         text=True,
         bufsize=1,
     )
+
+
+_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+def _check_model(name: str | None) -> None:
+    """Refuse a STEAD_MODEL that cannot work before any process starts: one clear line."""
+    if not name:
+        return
+    from ..models.registry import resolve_model
+
+    try:
+        resolve_model(name)
+    except (SteadError, ImportError) as exc:
+        raise click.ClickException(f"STEAD_MODEL={name}: {exc}") from None
+    key_env = _KEY_ENV.get(name.partition(":")[0])
+    if key_env is not None and not os.environ.get(key_env):
+        raise click.ClickException(
+            f"STEAD_MODEL={name} needs an API key in {key_env}; set it, or unset STEAD_MODEL "
+            "to run the demo offline on its scripted model"
+        )
+
+
+def _check_kill_at(kill_at: str | None) -> None:
+    if kill_at is None:
+        return
+    kind, _, rest = kill_at.partition(":")
+    valid = (kind == "model" and rest.isdigit()) or (
+        kind == "tool" and rest.partition(":")[0].isdigit() and rest.partition(":")[2]
+    )
+    if not valid:
+        raise click.BadParameter(
+            f"{kill_at!r} is not an operation key; use model:N or tool:N:CALL_ID, for example "
+            "model:3 or tool:2:call_refund",
+            param_hint="--kill-at",
+        )
 
 
 def _show(line: str) -> dict[str, object]:
@@ -86,6 +123,8 @@ def demo(db: str, kill_at: str | None) -> None:
     with ANTHROPIC_API_KEY, or STEAD_MODEL=openai-compatible:llama3.1@http://localhost:11434/v1
     for a local Ollama.
     """
+    _check_kill_at(kill_at)
+    _check_model(os.environ.get("STEAD_MODEL"))
     model_name = os.environ.get("STEAD_MODEL") or "offline scripted model"
     path = Path(db)
     ledger = path.with_name(path.name + ".payments.jsonl")
@@ -115,7 +154,15 @@ def demo(db: str, kill_at: str | None) -> None:
         if record.get("kind") == "tool_completed" and data.get("tool") == "refund":
             refunded = True
         key = data.get("key")
-        if record.get("kind") == "model_started" and (key == kill_at if kill_at else refunded):
+        if "error" in record:
+            child.wait()
+            raise click.ClickException(f"the run could not go on: {record['error']}")
+        if record.get("kind") == "status" and data.get("status") in ("failed", "needs_attention"):
+            child.kill()
+            child.wait()
+            raise click.ClickException(f"the run went {data['status']}: {data.get('reason')}")
+        started = record.get("kind") in ("model_started", "tool_started")
+        if started and (key == kill_at if kill_at else refunded and key != "tool:2:call_refund"):
             os.kill(child.pid, signal.SIGKILL)
             killed = str(key)
             break
@@ -137,6 +184,9 @@ def demo(db: str, kill_at: str | None) -> None:
     output = None
     for line in child.stdout:
         record = _show(line)
+        if "error" in record:
+            child.wait()
+            raise click.ClickException(f"the resumed run could not go on: {record['error']}")
         if "output" in record:
             output = record["output"]
     if child.wait() != 0 or output is None:
@@ -149,7 +199,8 @@ def demo(db: str, kill_at: str | None) -> None:
     console.print(events_table(events))
 
     refunds = [json.loads(x) for x in ledger.read_text().splitlines() if x.strip()]
-    model3 = next((op for op in operations if op.key == kill_at), None)
+    interrupted = next((op for op in operations if op.key == kill_at), None)
+    what = "model call" if kill_at.startswith("model:") else "tool call"
     verdict = (
         "[bold green]exactly once[/]" if len(refunds) == 1 else f"[bold red]{len(refunds)} times[/]"
     )
@@ -157,9 +208,9 @@ def demo(db: str, kill_at: str | None) -> None:
         Panel.fit(
             f"payments ledger {ledger}: the refund ran {verdict}"
             + (f" (idempotency key {refunds[0]['idempotency_key']})" if refunds else "")
-            + f"\n{kill_at} was attempted {model3.attempts if model3 else '?'} times: "
-            "the interrupted "
-            "model call was sent again; committed tool results were replayed, not re-run.",
+            + f"\n{kill_at} was attempted {interrupted.attempts if interrupted else '?'} times: "
+            f"the interrupted {what} was started again (an idempotent one with the same "
+            "idempotency key); committed results were replayed, not re-run.",
             title="result",
             border_style="green" if len(refunds) == 1 else "red",
         )
