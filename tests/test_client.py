@@ -202,3 +202,24 @@ async def test_a_provider_request_is_counted_once(db: str) -> None:
     assert outcome.usage.requests == 2
     assert snapshot.checkpoint.usage.requests == 2
     assert (snapshot.checkpoint.usage.input_tokens, outcome.usage.output_tokens) == (20, 4)
+
+
+async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: str) -> None:
+    agent = stead.Agent(id="a", version="7", model=ScriptedModel(["hi", "hi"]))
+    app = stead.App(agents=[agent])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        async with stead.Client(stead.SqliteStore(db)) as client:
+            run = await client.submit("a", session_id="s", request_id="r", prompt="go")
+            assert (await run.result(timeout=10)).output == "hi"
+            assert (await run.run()).version == "7"
+            again = await client.submit("a", session_id="s", request_id="r", prompt="go")
+            assert again.id == run.id
+            with pytest.raises(stead.NotFoundError, match="unknown agent 'b'"):
+                await client.submit("b", session_id="s2", request_id="r", prompt="go")
+        assert runtime.health()["ok"]
+    async with stead.Client(stead.SqliteStore(db)) as client:
+        with pytest.raises(stead.ValidationError, match="pass version="):
+            await client.submit("a", session_id="s3", request_id="r", prompt="go")
+        queued = await client.submit("a", session_id="s3", request_id="r", prompt="go", version="7")
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        assert (await runtime.get_run(queued.id).result(timeout=10)).output == "hi"

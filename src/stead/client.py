@@ -31,7 +31,7 @@ from .errors import (
     shown,
 )
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
-from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry
+from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
 from .journal.protocol import ClientStore, Tx
 from .journal.records import Event, Interaction, Run, RunStatus, outcome_history
 from .messages import AssistantMessage, Usage, message_from_json
@@ -140,6 +140,53 @@ class Client:
         return self.prices
 
     # -- runs --------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        agent_id: str,
+        *,
+        session_id: str,
+        request_id: str,
+        prompt: str,
+        enqueue: bool = False,
+        version: str | None = None,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Submit a run of an agent. ``(session_id, request_id)`` is the idempotency key: the
+        identical submission returns the original run, a different one raises
+        :class:`ConflictError`. A session runs one run at a time: a busy session raises
+        :class:`ConflictError` unless ``enqueue=True``, which queues the run behind it.
+        ``run_id`` chooses the new run's id (default: a generated ``run_...`` id). The run is
+        pinned to ``version``, by default the latest the owning runtime registered (a client
+        of a store nobody owns must name it)."""
+        self._check()
+        if run_id is not None:
+            require_id("run_id", run_id)
+        require_id("agent_id", agent_id)
+        require_id("session_id", session_id)
+        require_id("request_id", request_id)
+        require_text("prompt", prompt)
+        if version is not None:
+            require_id("version", version)
+        size = len(dumps({"prompt": prompt}).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"the prompt of request {request_id!r} is {size} bytes, over "
+                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
+                "raise the limit with stead.Limits(max_payload_bytes=...)"
+            )
+        answer = await self._apply(
+            Submit(
+                run_id=run_id or new_id("run"),
+                agent_id=agent_id,
+                session_id=session_id,
+                request_id=request_id,
+                prompt=prompt,
+                version=version,
+                enqueue=enqueue,
+            )
+        )
+        return RunHandle(self, answer["run_id"])
 
     def get_run(self, run_id: str) -> RunHandle:
         """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""

@@ -21,12 +21,27 @@ __all__ = [
     "Resolve",
     "Respond",
     "Retry",
+    "Submit",
     "answer_of",
     "command_from_json",
     "command_to_json",
     "describe",
     "error_answer",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Start a run of an agent (``version`` ``None``: the latest the owner registered)."""
+
+    run_id: str
+    agent_id: str
+    session_id: str
+    request_id: str
+    prompt: str
+    version: str | None = None
+    enqueue: bool = False
+    name: Literal["submit"] = "submit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +91,10 @@ class Fork:
     name: Literal["fork"] = "fork"
 
 
-Command = Respond | Resolve | Retry | Cancel | Fork
+Command = Submit | Respond | Resolve | Retry | Cancel | Fork
 
 _BY_NAME: dict[str, type[Any]] = {
+    "submit": Submit,
     "respond": Respond,
     "resolve": Resolve,
     "retry": Retry,
@@ -110,6 +126,8 @@ def describe(command: Command) -> str:
         return f"resolve({command.run_id}, {command.key})"
     if isinstance(command, Fork):
         return f"fork({command.run_id}, before={command.before})"
+    if isinstance(command, Submit):
+        return f"submit({command.agent_id}, {command.session_id}/{command.request_id})"
     return f"{command.name}({command.run_id})"
 
 

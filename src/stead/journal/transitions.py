@@ -16,7 +16,7 @@ from datetime import datetime
 from .._clock import iso
 from .._json import JSON, digest, storable_text
 from ..errors import ConflictError, LimitError, NotFoundError, StorageError, ValidationError
-from .commands import Cancel, Command, Fork, Resolve, Respond, Retry
+from .commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
 from .events import (
     InteractionRequested,
     InteractionResponded,
@@ -360,8 +360,13 @@ def cancel(tx: Tx, run_id: str, reason: str | None) -> bool:
     return True
 
 
-def apply(tx: Tx, command: Command, version_of: VersionOf | None) -> JSON:
-    """Apply a command the way the runtime does in-process; returns its JSON answer."""
+def apply(
+    tx: Tx, command: Command, version_of: VersionOf | None, *, max_pending: int | None = None
+) -> JSON:
+    """Apply a command the way the runtime does in-process; returns its JSON answer.
+    ``version_of`` is the owner's registry (``None`` where there is no owner at hand)."""
+    if isinstance(command, Submit):
+        return _submit(tx, command, version_of, max_pending)
     if isinstance(command, Respond):
         respond(tx, command.interaction_id, command.response)
         return None
@@ -374,6 +379,32 @@ def apply(tx: Tx, command: Command, version_of: VersionOf | None) -> JSON:
     if isinstance(command, Cancel):
         return cancel(tx, command.run_id, command.reason)
     run_id, ready = fork(tx, command, version_of)
+    return {"run_id": run_id, "ready": ready}
+
+
+def _submit(tx: Tx, command: Submit, version_of: VersionOf | None, max_pending: int | None) -> JSON:
+    if version_of is not None:
+        version = version_of(command.agent_id, command.version)
+    elif command.version is not None:
+        version = command.version
+    else:
+        raise ValidationError(
+            f"no runtime owns this store to pick the latest version of agent "
+            f"{command.agent_id!r}; pass version=... or submit while a runtime runs"
+        )
+    payload = {"prompt": command.prompt}
+    run_id, ready = submit(
+        tx,
+        run_id=command.run_id,
+        session_id=command.session_id,
+        request_id=command.request_id,
+        agent_id=command.agent_id,
+        version=version,
+        input=payload,
+        submission=digest({"kind": "agent", "agent_id": command.agent_id, "input": payload}),
+        enqueue=command.enqueue,
+        max_pending=max_pending,
+    )
     return {"run_id": run_id, "ready": ready}
 
 

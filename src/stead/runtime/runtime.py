@@ -13,11 +13,9 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .._ids import new_id
-from .._json import JSON, digest, dumps
+from .._json import JSON
 from ..client import Client, _outcome, _read_outcome
 from ..errors import (
-    LimitError,
     NotFoundError,
     RuntimeClosedError,
     SteadError,
@@ -25,14 +23,14 @@ from ..errors import (
     ValidationError,
     shown,
 )
-from ..handle import RunHandle, RunOutcome
+from ..handle import RunOutcome
 from ..journal import transitions
-from ..journal.commands import Cancel, Command, Fork, command_from_json, error_answer
+from ..journal.commands import Cancel, Command, Fork, Submit, command_from_json, error_answer
 from ..journal.protocol import ClientStore, OwnedStore, Tx
 from .definition import Completion
 from .events import EventHub, Subscription
 from .executor import Executor
-from .limits import Limits, require_id, require_text
+from .limits import Limits
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -191,57 +189,7 @@ class Runtime(Client):
         if self._on_fatal_error is not None:
             self._on_fatal_error(error)
 
-    # -- submission --------------------------------------------------------------------------
-
-    async def submit(
-        self,
-        agent_id: str,
-        *,
-        session_id: str,
-        request_id: str,
-        prompt: str,
-        enqueue: bool = False,
-        version: str | None = None,
-        run_id: str | None = None,
-    ) -> RunHandle:
-        """Submit a run of an agent. ``(session_id, request_id)`` is the idempotency key: the
-        identical submission returns the original run, a different one raises
-        :class:`ConflictError`. A session runs one run at a time: a busy session raises
-        :class:`ConflictError` unless ``enqueue=True``, which queues the run behind it.
-        ``run_id`` chooses the new run's id (default: a generated ``run_...`` id)."""
-        self._check()
-        if run_id is not None:
-            require_id("run_id", run_id)
-        require_id("agent_id", agent_id)
-        require_id("session_id", session_id)
-        require_id("request_id", request_id)
-        require_text("prompt", prompt)
-        agent = self.app.agent(agent_id, version)
-        payload = {"prompt": prompt}
-        size = len(dumps(payload).encode())
-        if size > self.limits.max_payload_bytes:
-            raise LimitError(
-                f"the prompt of request {request_id!r} is {size} bytes, over "
-                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
-                "raise the limit with stead.Limits(max_payload_bytes=...)"
-            )
-        result_id, ready = await self.store.transact(
-            functools.partial(
-                transitions.submit,
-                run_id=run_id or new_id("run"),
-                session_id=session_id,
-                request_id=request_id,
-                agent_id=agent_id,
-                version=agent.version,
-                input=payload,
-                submission=digest({"kind": "agent", "agent_id": agent_id, "input": payload}),
-                enqueue=enqueue,
-                max_pending=self.limits.max_pending_runs,
-            ),
-            durability="barrier",
-        )
-        self._accepted(result_id, ready)
-        return RunHandle(self, result_id)
+    # -- submission: Client.submit, started here at once ------------------------------------
 
     def _accepted(self, run_id: str, ready: bool) -> None:
         """A new run at its session's head starts at once, without asking the scheduler."""
@@ -259,7 +207,12 @@ class Runtime(Client):
     async def _apply(self, command: Command) -> Any:
         self._check()
         answer = await self.store.transact(
-            functools.partial(transitions.apply, command=command, version_of=self.app.version_of),
+            functools.partial(
+                transitions.apply,
+                command=command,
+                version_of=self.app.version_of,
+                max_pending=self.limits.max_pending_runs,
+            ),
             durability="barrier",
         )
         self._applied(command, answer)
@@ -268,7 +221,7 @@ class Runtime(Client):
     def _applied(self, command: Command, answer: JSON) -> None:
         if isinstance(command, Cancel) and answer:
             self._scheduler.cancel(command.run_id)
-        if isinstance(command, Fork) and isinstance(answer, dict):
+        if isinstance(command, Fork | Submit) and isinstance(answer, dict):
             self._accepted(answer["run_id"], bool(answer["ready"]))
         else:
             self._wake()
@@ -336,7 +289,9 @@ class Runtime(Client):
         Transitions raise before they write, so a refused command leaves only its answer."""
         try:
             command = command_from_json(data)
-            answer = transitions.apply(tx, command, self.app.version_of)
+            answer = transitions.apply(
+                tx, command, self.app.version_of, max_pending=self.limits.max_pending_runs
+            )
         except StorageError:
             raise
         except SteadError as exc:
