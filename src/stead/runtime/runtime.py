@@ -181,10 +181,7 @@ class Runtime(Client):
         self._fatal = error
         if self._inbox is not None:
             self._inbox.cancel()
-        for task in list(self._scheduler.active.values()):
-            task.cancel()
-        self._scheduler._stopped = True
-        self._scheduler.wake()
+        self._scheduler.halt()
         self._hub.close(error)
         if self._on_fatal_error is not None:
             self._on_fatal_error(error)

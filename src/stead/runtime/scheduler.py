@@ -61,6 +61,13 @@ class Scheduler:
         if task is not None:
             task.cancel()
 
+    def halt(self) -> None:
+        """Start nothing more (the store failed): cancel every execution, wake the loop to end."""
+        self._stopped = True
+        for task in list(self.active.values()):
+            task.cancel()
+        self._wake.set()
+
     async def stop(self) -> None:
         """Cancel every execution (their journals are kept) and the loop."""
         self._stopped = True
