@@ -93,6 +93,12 @@ MAX_DEPTH = 256
 _MAX_INT_BITS = 13_000
 
 
+def check(value: JSON) -> None:
+    """Raise :class:`NotJSONError` unless ``value`` is plain JSON that stores and reads back
+    equal (the check :func:`to_json` ends with, for values that are plain already)."""
+    _check(value)
+
+
 def _check(value: JSON, depth: int = 0) -> None:
     if isinstance(value, str):
         problem = check_text(value)

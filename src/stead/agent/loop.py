@@ -23,6 +23,7 @@ from .._json import (
     JSON,
     NotJSONError,
     canonical,
+    check,
     digest_text,
     dumps,
     loads,
@@ -76,7 +77,14 @@ class AgentOutcome:
 def committed_usage(result: JSON) -> Usage:
     """The usage one committed model response adds: its tokens, and one request (whatever
     the adapter reported, so a request is never counted twice)."""
-    return dataclasses.replace(Usage.from_json(result.get("usage")), requests=1)
+    usage = result.get("usage") or {}
+    return Usage(
+        input_tokens=int(usage.get("input_tokens", 0)),
+        output_tokens=int(usage.get("output_tokens", 0)),
+        cache_read_tokens=int(usage.get("cache_read_tokens", 0)),
+        cache_write_tokens=int(usage.get("cache_write_tokens", 0)),
+        requests=1,
+    )
 
 
 async def run_agent_loop(
@@ -263,25 +271,33 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
                 f"tool call {call.name!r} has arguments {shown(call.arguments)}; arguments are a "
                 "dict of JSON values (an empty dict when there are none)"
             )
+        check(call.name)
+        if call.id is not None:
+            check(call.id)
     usage = response.usage
     if not isinstance(usage, Usage) or any(
         isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage.to_json().values()
     ):
         raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {shown(usage)}")
+    for name in ("model", "finish_reason"):
+        value = getattr(response, name)
+        if value is not None and not isinstance(value, str):
+            raise ModelError(f"ModelResponse.{name} must be a string or None, not {shown(value)}")
+        check(value)
+    text = storable_pairs(response.text)
+    check(text)
     message = AssistantMessage(
-        text=storable_pairs(response.text),
-        tool_calls=_normalize_calls(tuple(response.tool_calls), turn),
+        text=text, tool_calls=_normalize_calls(tuple(response.tool_calls), turn)
     )
-    # The message itself is stored once, as a blob shared with the history chain.
-    body = canonical(to_json(message_to_json(message)))
-    result = to_json(
-        {
-            "message": digest_text(body),
-            "usage": usage.to_json(),
-            "model": response.model,
-            "finish_reason": response.finish_reason,
-        }
-    )
+    # Everything in it was checked: the message itself is stored once, as a blob shared with
+    # the history chain.
+    body = canonical(message_to_json(message))
+    result = {
+        "message": digest_text(body),
+        "usage": usage.to_json(),
+        "model": response.model,
+        "finish_reason": response.finish_reason,
+    }
     return message, body, result
 
 
@@ -401,10 +417,14 @@ def _normalize_calls(calls: tuple[ToolCall, ...], turn: int) -> tuple[ToolCall, 
         while call_id in seen:
             call_id = f"{call_id}_{index}"
         seen.add(call_id)
+        arguments = dict(call.arguments)
+        try:
+            check(arguments)  # plain JSON already, as a provider's parsed arguments are
+        except NotJSONError:
+            arguments = to_json(arguments)  # tuples, pydantic models...; NaN still refused
+        same = call_id == call.id and arguments == call.arguments
         normalized.append(
-            call
-            if call_id == call.id
-            else ToolCall(name=call.name, arguments=call.arguments, id=call_id)
+            call if same else ToolCall(name=call.name, arguments=arguments, id=call_id)
         )
     return tuple(normalized)
 
