@@ -80,7 +80,7 @@ async def test_a_command_the_owner_does_not_apply_times_out_naming_it(db: str) -
     async with await app.open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.WAITING)
-        runtime._inbox.cancel()  # type: ignore[union-attr]  # an owner that stopped draining
+        runtime._inbox.halt()  # an owner that stopped draining
         async with stead.Client(stead.SqliteStore(db), command_timeout=0.3) as client:
             (pending,) = await client.list_interactions()
             with pytest.raises(TimeoutError, match=r"respond\(int_.*stays in the inbox"):

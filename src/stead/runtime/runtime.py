@@ -18,18 +18,18 @@ from ..client import Client, _outcome, _read_outcome
 from ..errors import (
     NotFoundError,
     RuntimeClosedError,
-    SteadError,
     StorageError,
     ValidationError,
     shown,
 )
 from ..handle import RunOutcome
 from ..journal import transitions
-from ..journal.commands import Cancel, Command, Fork, Submit, command_from_json, error_answer
+from ..journal.commands import Cancel, Command, Fork, Submit
 from ..journal.protocol import ClientStore, OwnedStore, Tx
 from .definition import Completion
 from .events import EventHub, Subscription
 from .executor import Executor
+from .inbox import Inbox
 from .limits import Limits
 from .scheduler import Scheduler
 
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "Runtime"]
 
 _OUTCOME_CACHE = 1024
-#: How often the owner looks for commands other processes posted (a cheap, diskless check).
-INBOX_INTERVAL = 0.2
-#: Commands applied per inbox transaction.
-_INBOX_BATCH = 100
 
 
 class Runtime(Client):
@@ -89,7 +85,12 @@ class Runtime(Client):
         self._scheduler = Scheduler(
             store, self._executor.execute, max_concurrent_runs=max_concurrent_runs
         )
-        self._inbox: asyncio.Task[None] | None = None
+        self._inbox = Inbox(
+            store,
+            version_of=app.version_of,
+            max_pending=self.limits.max_pending_runs,
+            applied=self._applied,
+        )
         listen = getattr(store.clock, "add_listener", None)
         if callable(listen):  # a test clock wakes the scheduler when time is moved
             listen(self._wake)
@@ -134,9 +135,9 @@ class Runtime(Client):
         self._check()
         if not self._resumed:
             self._resumed = True
-            await self._drain_inbox()
+            await self._inbox.drain()
             self._scheduler.start_loop()
-            self._inbox = asyncio.create_task(self._watch_inbox(), name="stead-inbox")
+            self._inbox.watch()
         self._wake()
 
     async def close(self) -> None:
@@ -144,9 +145,7 @@ class Runtime(Client):
         if self._closed:
             return
         self._closed = True
-        if self._inbox is not None:
-            self._inbox.cancel()
-            await asyncio.gather(self._inbox, return_exceptions=True)
+        await self._inbox.stop()
         await self._scheduler.stop()
         await self.store.aclose()
         self._hub.close(
@@ -179,8 +178,7 @@ class Runtime(Client):
         if self._fatal is not None:
             return
         self._fatal = error
-        if self._inbox is not None:
-            self._inbox.cancel()
+        self._inbox.halt()
         self._scheduler.halt()
         self._hub.close(error)
         if self._on_fatal_error is not None:
@@ -255,44 +253,3 @@ class Runtime(Client):
         )
         while len(self._outcomes) > _OUTCOME_CACHE:
             self._outcomes.pop(next(iter(self._outcomes)))
-
-    # -- the inbox ---------------------------------------------------------------------------
-
-    async def _watch_inbox(self) -> None:
-        """Apply commands other processes post, noticed by a diskless check of the file."""
-        while True:
-            await asyncio.sleep(INBOX_INTERVAL)
-            try:
-                if self.store.changed_elsewhere():
-                    await self._drain_inbox()
-            except StorageError:
-                return
-
-    async def _drain_inbox(self) -> None:
-        while True:
-            posted = await self.store.read(lambda tx: tx.posted_commands(_INBOX_BATCH))
-            for command_id, data, _status, _answer in posted:
-                applied = await self.store.transact(
-                    functools.partial(self._apply_posted, command_id=command_id, data=data),
-                    durability="barrier",
-                )
-                if applied is not None:
-                    self._applied(*applied)
-            if len(posted) < _INBOX_BATCH:
-                return
-
-    def _apply_posted(self, tx: Tx, *, command_id: int, data: JSON) -> tuple[Command, JSON] | None:
-        """Apply one posted command and record its answer, in one transaction: exactly once.
-        Transitions raise before they write, so a refused command leaves only its answer."""
-        try:
-            command = command_from_json(data)
-            answer = transitions.apply(
-                tx, command, self.app.version_of, max_pending=self.limits.max_pending_runs
-            )
-        except StorageError:
-            raise
-        except SteadError as exc:
-            tx.answer_command(command_id, "failed", error_answer(exc))
-            return None
-        tx.answer_command(command_id, "applied", {"value": answer})
-        return command, answer

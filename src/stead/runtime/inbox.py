@@ -1,0 +1,93 @@
+"""The inbox: commands other processes post to a store that this runtime owns.
+
+A :class:`~stead.Client` in another process cannot write a run's state under the owner, so it
+posts the command; the owner notices (a diskless check of the file, a few times a second) and
+applies each posted command with the same transition it uses in-process, recording the answer in
+the same transaction — so a command is applied exactly once, by this owner or, if it dies first,
+by the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+
+from .._json import JSON
+from ..errors import SteadError, StorageError
+from ..journal import transitions
+from ..journal.commands import Command, command_from_json, error_answer
+from ..journal.protocol import OwnedStore, Tx
+
+__all__ = ["INTERVAL", "Inbox"]
+
+#: How often the owner looks for posted commands.
+INTERVAL = 0.2
+#: Commands read per round.
+_BATCH = 100
+
+
+class Inbox:
+    def __init__(
+        self,
+        store: OwnedStore,
+        *,
+        version_of: transitions.VersionOf,
+        max_pending: int | None,
+        applied: Callable[[Command, JSON], None],
+    ) -> None:
+        self._store = store
+        self._version_of = version_of
+        self._max_pending = max_pending
+        self._applied = applied
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch(), name="stead-inbox")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def halt(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(INTERVAL)
+            try:
+                if self._store.changed_elsewhere():
+                    await self.drain()
+            except StorageError:
+                return
+
+    async def drain(self) -> None:
+        """Apply every posted command, oldest first."""
+        while True:
+            posted = await self._store.read(lambda tx: tx.posted_commands(_BATCH))
+            for command_id, data, _status, _answer in posted:
+                applied = await self._store.transact(
+                    functools.partial(self._apply, command_id=command_id, data=data),
+                    durability="barrier",
+                )
+                if applied is not None:
+                    self._applied(*applied)
+            if len(posted) < _BATCH:
+                return
+
+    def _apply(self, tx: Tx, *, command_id: int, data: JSON) -> tuple[Command, JSON] | None:
+        """Apply one posted command and record its answer, in one transaction. Transitions
+        raise before they write, so a refused command leaves only its answer."""
+        try:
+            command = command_from_json(data)
+            answer = transitions.apply(tx, command, self._version_of, max_pending=self._max_pending)
+        except StorageError:
+            raise
+        except SteadError as exc:
+            tx.answer_command(command_id, "failed", error_answer(exc))
+            return None
+        tx.answer_command(command_id, "applied", {"value": answer})
+        return command, answer
