@@ -1,10 +1,13 @@
-"""Wall time per durable step, against a bare SQLite commit measured in the same process run.
+"""Wall time per durable step, against floors measured in the same process run.
 
     python benchmarks/step_overhead.py [--steps 200] [--dir PATH]
 
 Rows:
-* bare commit: one INSERT + COMMIT on SQLite in WAL mode with ``synchronous=FULL``, the floor
-  every durable system on SQLite pays per write it makes durable.
+* bare commit: one INSERT + COMMIT on SQLite in WAL mode with ``synchronous=FULL``, what every
+  durable system on SQLite pays per write it makes durable.
+* Python floor: the same journal work written by hand with no engine — one journal row per step,
+  ``json.dumps``, ``sqlite3`` in WAL with ``synchronous=NORMAL``, the WAL fdatasync'd only at
+  the barriers (submission, run end, and around each ``manual`` tool).
 * safe steps: one sequential run whose model calls and tools are ``safe``.
 * manual tools: one sequential run whose tools are ``manual`` (intent and result on disk).
 Each stead row is run with ``fsync="barriers"`` (the default) and ``fsync="always"``, and printed
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sqlite3
 import statistics
@@ -52,6 +56,40 @@ def bare_commit_ms(folder: Path, count: int = 2000) -> float:
     elapsed = time.perf_counter() - start
     conn.close()
     return elapsed / count * 1000
+
+
+def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
+    """ms per step of a run written by hand: what stead's journal work costs with no engine."""
+    path = folder / f"floor-{recovery}-{time.perf_counter_ns()}.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE journal (run TEXT, key TEXT, body TEXT, PRIMARY KEY (run, key))")
+    wal = os.open(f"{path}-wal", os.O_RDONLY)
+
+    def row(key: str, body: object) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", ("run", key, json.dumps(body))
+        )
+        conn.execute("COMMIT")
+
+    start = time.perf_counter()
+    row("submitted", {"prompt": "go"})
+    os.fdatasync(wal)  # barrier: the submission is acknowledged
+    for turn in range(1, tool_calls + 1):
+        row(f"model:{turn}", {"tool_calls": [{"name": "lookup", "arguments": {"i": turn}}]})
+        if recovery == "manual":
+            os.fdatasync(wal)  # barrier: the intent is on disk before the effect
+        row(f"tool:{turn}", {"output": {"i": turn}})
+        if recovery == "manual":
+            os.fdatasync(wal)  # barrier: the result is on disk before the run builds on it
+    row(f"model:{tool_calls + 1}", {"text": "done"})
+    os.fdatasync(wal)  # barrier: the completed run is acknowledged
+    elapsed = time.perf_counter() - start
+    os.close(wal)
+    conn.close()
+    return elapsed / (2 * tool_calls + 1) * 1000
 
 
 def make_app(tool_calls: int, recovery: str) -> stead.App:
@@ -112,12 +150,28 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per row (median)")
     parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=max(Console().width, 120))
     with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
         folder = Path(tmp)
         bare = statistics.median([bare_commit_ms(folder) for _ in range(3)])
-        table = Table("row", "fsync", "ms/step", "x bare commit", "target", "")
-        table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "", "")
+        floors = {
+            recovery: statistics.median(
+                [python_floor_ms(folder, args.steps, recovery) for _ in range(3)]
+            )
+            for recovery in ("safe", "manual")
+        }
+        table = Table("row", "fsync", "ms/step", "x bare commit", "x Python floor", "target", "")
+        table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "", "", "")
+        for recovery, floor in floors.items():
+            table.add_row(
+                f"Python floor, {recovery} tools",
+                "",
+                f"{floor:.3f}",
+                f"{floor / bare:.2f}",
+                "1.00",
+                "",
+                "",
+            )
         await sequential_ms(folder, 20, "safe", "barriers")  # warm-up
         for recovery, fsync in (
             ("safe", "barriers"),
@@ -137,6 +191,7 @@ async def main() -> None:
                 fsync,
                 f"{ms:.3f}",
                 f"{ratio:.2f}",
+                f"{ms / floors[recovery]:.1f}",
                 f"≤ {target}" if target else "",
                 verdict,
             )
