@@ -223,3 +223,26 @@ async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: st
         queued = await client.submit("a", session_id="s3", request_id="r", prompt="go", version="7")
     async with await app.open(stead.SqliteStore(db)) as runtime:
         assert (await runtime.get_run(queued.id).result(timeout=10)).output == "hi"
+
+
+async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> None:
+    import sqlite3
+
+    from stead.testing import FakeClock
+
+    clock = FakeClock()
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["one", "two"]))
+    app = stead.App(agents=[agent])
+    async with (
+        await app.open(stead.SqliteStore(db, clock=clock)),
+        stead.Client(stead.SqliteStore(db)) as client,
+    ):
+        first = await client.submit("a", session_id="s1", request_id="r", prompt="go")
+        await first.result(timeout=10)
+        clock.advance(seconds=2 * 3600)
+        second = await client.submit("a", session_id="s2", request_id="r", prompt="go")
+        await second.result(timeout=10)
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT command FROM stead_inbox").fetchall()
+    conn.close()
+    assert len(rows) == 1 and '"s2"' in rows[0][0]

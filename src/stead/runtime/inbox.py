@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from datetime import timedelta
 
 from .._json import JSON
 from ..errors import SteadError, StorageError
@@ -25,6 +26,8 @@ __all__ = ["INTERVAL", "Inbox"]
 INTERVAL = 0.2
 #: Commands read per round.
 _BATCH = 100
+#: How long an answered command's row is kept for its caller to read the answer.
+KEEP_ANSWERS = timedelta(hours=1)
 
 
 class Inbox:
@@ -65,7 +68,9 @@ class Inbox:
                 return
 
     async def drain(self) -> None:
-        """Apply every posted command, oldest first."""
+        """Apply every posted command, oldest first; forget answers read long ago."""
+        horizon = self._store.clock.now() - KEEP_ANSWERS
+        await self._store.transact(lambda tx: tx.forget_answered(horizon), durability="lazy")
         while True:
             posted = await self._store.read(lambda tx: tx.posted_commands(_BATCH))
             for command_id, data, _status, _answer in posted:

@@ -532,6 +532,14 @@ class SqliteTx:
             (status, dumps(answer), self.stamp(), command_id),
         )
 
+    def forget_answered(self, before: datetime) -> int:
+        """Delete the rows of commands answered before ``before`` (their callers have read
+        the answer long since); returns how many."""
+        cursor = self.conn.execute(
+            "DELETE FROM stead_inbox WHERE status != 'posted' AND applied_at < ?", (iso(before),)
+        )
+        return cursor.rowcount
+
     def get_command(self, command_id: int) -> InboxRow | None:
         row = self.conn.execute(
             "SELECT id, command, status, answer FROM stead_inbox WHERE id = ?", (command_id,)
