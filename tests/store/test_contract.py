@@ -1,0 +1,383 @@
+"""The store contract: the row operations and every transition, run against each backend.
+
+Written only against the journal's protocols (``Store.transact``/``read`` and ``Tx``), so a new
+backend (PostgreSQL next) joins by adding itself to ``BACKENDS`` and passing this file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stead
+from stead.journal import transitions
+from stead.journal.commands import Cancel, Fork, Respond, Retry, command_to_json
+from stead.journal.events import ModelStarted, ToolCompleted, ToolStarted
+from stead.journal.keys import history_node
+from stead.journal.records import RunStatus, Writes
+from stead.testing import FakeClock
+
+BACKENDS = ["sqlite"]
+
+
+class Journal:
+    """A backend opened as its owner, with the calls the tests make."""
+
+    def __init__(self, store: Any, clock: FakeClock) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def do(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        return await self.store.transact(functools.partial(fn, **kwargs), durability="barrier")
+
+    async def read(self, fn: Callable[[Any], Any]) -> Any:
+        return await self.store.read(fn)
+
+    async def submit(self, run_id: str, session: str, request: str = "r", **extra: Any) -> Any:
+        args: dict[str, Any] = {
+            "run_id": run_id,
+            "session_id": session,
+            "request_id": request,
+            "agent_id": "a",
+            "version": "1",
+            "input": {"prompt": "go"},
+            "submission": f"digest-{session}-{request}",
+            "enqueue": False,
+            "max_pending": None,
+        }
+        args.update(extra)
+        return await self.do(transitions.submit, **args)
+
+
+@pytest.fixture(params=BACKENDS)
+async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
+    clock = FakeClock()
+    store = stead.SqliteStore(tmp_path / "contract.db", clock=clock)
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
+    try:
+        yield Journal(store, clock)
+    finally:
+        await store.aclose()
+
+
+def _registered(run: Any) -> bool:
+    return True
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+async def test_submit_is_idempotent_per_request_and_orders_a_session(journal: Journal) -> None:
+    assert await journal.submit("run-1", "s") == ("run-1", True)
+    assert await journal.submit("run-x", "s") == ("run-1", False)  # the same request again
+    with pytest.raises(stead.ConflictError, match="different submission"):
+        await journal.submit("run-y", "s", submission="other")
+    with pytest.raises(stead.ConflictError, match="unfinished run run-1"):
+        await journal.submit("run-2", "s", request="r2")
+    assert await journal.submit("run-2", "s", request="r2", enqueue=True) == ("run-2", False)
+    with pytest.raises(stead.ConflictError, match="run id 'run-2' is taken"):
+        await journal.submit("run-2", "t")
+    with pytest.raises(stead.LimitError, match="max_pending_runs"):
+        await journal.submit("run-3", "u", max_pending=2)
+    runs = await journal.read(
+        lambda tx: tx.list_runs(
+            session_id="s", agent_id=None, statuses=None, before_number=None, limit=10
+        )
+    )
+    assert [(r.id, r.status) for r in runs] == [
+        ("run-2", RunStatus.QUEUED),
+        ("run-1", RunStatus.PENDING),
+    ]
+    events = await journal.read(lambda tx: tx.events_after(None, 0, 100))
+    assert [(e.run_id, e.kind, e.data["status"]) for e in events] == [
+        ("run-1", "submitted", "pending"),
+        ("run-2", "submitted", "queued"),
+    ]
+
+
+async def test_runnable_runs_are_session_heads_in_submission_order(journal: Journal) -> None:
+    await journal.submit("a1", "a")
+    await journal.submit("a2", "a", request="r2", enqueue=True)
+    await journal.submit("b1", "b")
+    runnable = await journal.read(lambda tx: tx.runnable(10, set()))
+    assert [r.id for r in runnable] == ["a1", "b1"]
+    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, {"a1"}))] == ["b1"]
+    await journal.do(transitions.cancel, run_id="a1", reason="no")
+    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, set()))] == ["a2", "b1"]
+
+
+async def test_begin_claims_a_runnable_run_once(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    begun = await journal.do(transitions.begin, run_id="run-1", registered=_registered)
+    assert begun is not None and begun.run.status is RunStatus.RUNNING
+    assert begun.operations == [] and begun.history == []
+    await journal.do(transitions.cancel, run_id="run-1", reason=None)
+    assert await journal.do(transitions.begin, run_id="run-1", registered=_registered) is None
+    assert await journal.do(transitions.begin, run_id="nope", registered=_registered) is None
+
+
+async def test_an_unregistered_definition_needs_attention(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    assert await journal.do(transitions.begin, run_id="run-1", registered=lambda run: False) is None
+    run = await journal.read(lambda tx: tx.get_run("run-1"))
+    assert run.status is RunStatus.NEEDS_ATTENTION and "not registered" in run.error["reason"]
+
+
+async def test_a_due_retry_wait_is_runnable_and_sets_the_next_wakeup(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await journal.do(transitions.begin, run_id="run-1", registered=_registered)
+    due = journal.clock.now() + timedelta(seconds=30)
+    await journal.do(
+        transitions.stop,
+        run_id="run-1",
+        status=RunStatus.RETRY_WAIT,
+        reason="busy",
+        operation="model:1",
+        kind="model_retry",
+        next_attempt_at=due,
+    )
+    assert await journal.read(lambda tx: tx.next_wakeup()) == due
+    assert await journal.read(lambda tx: tx.runnable(10, set())) == []
+    journal.clock.advance(seconds=30)
+    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, set()))] == ["run-1"]
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+async def _started(journal: Journal, key: str, recovery: str = "manual") -> None:
+    await journal.do(
+        transitions.start_operation,
+        run_id="run-1",
+        key=key,
+        position=1,
+        kind="tool",
+        recovery=recovery,
+        input_hash="h",
+        input={"tool": "pay", "call_id": "c1"},
+        started=ToolStarted(key=key, tool="pay", call_id="c1", attempt=1, operation_id="x"),
+        writes=None,
+    )
+
+
+async def test_an_operation_is_started_then_completed_once(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await _started(journal, "tool:1:c1")
+    op = await journal.read(lambda tx: tx.get_operation("run-1", "tool:1:c1"))
+    assert (op.status, op.recovery, op.attempts, op.result) == ("started", "manual", 1, None)
+    await journal.do(
+        transitions.restart_operation,
+        run_id="run-1",
+        key="tool:1:c1",
+        attempt=2,
+        started=ModelStarted(key="tool:1:c1", turn=1, attempt=2),
+        writes=None,
+    )
+    done = ToolCompleted(key="tool:1:c1", tool="pay", call_id="c1", failed=False, output=1)
+    await journal.do(
+        transitions.finish_operation,
+        run_id="run-1",
+        key="tool:1:c1",
+        result={"output": 1},
+        completed=done,
+        writes=Writes(blobs=("{}",), usage={"requests": 1}),
+    )
+    op = await journal.read(lambda tx: tx.get_operation("run-1", "tool:1:c1"))
+    assert (op.status, op.attempts, op.result) == ("completed", 2, {"output": 1})
+    run = await journal.read(lambda tx: tx.get_run("run-1"))
+    assert run.usage == {"requests": 1}
+
+
+async def test_resolve_and_retry_continue_a_run_that_needs_attention(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await journal.do(transitions.begin, run_id="run-1", registered=_registered)
+    await _started(journal, "tool:1:c1")
+    await journal.do(
+        transitions.stop,
+        run_id="run-1",
+        status=RunStatus.NEEDS_ATTENTION,
+        reason="interrupted",
+        operation="tool:1:c1",
+        kind="needs_attention",
+    )
+    with pytest.raises(stead.NotFoundError, match="its operations: tool:1:c1"):
+        await journal.do(transitions.resolve, run_id="run-1", key="tool:9:x", output=1)
+    await journal.do(transitions.apply, command=Retry(run_id="run-1"), version_of=None)
+    op = await journal.read(lambda tx: tx.get_operation("run-1", "tool:1:c1"))
+    run = await journal.read(lambda tx: tx.get_run("run-1"))
+    assert op.rerun and op.attempt_base == op.attempts and run.status is RunStatus.PENDING
+    await journal.do(
+        transitions.stop,
+        run_id="run-1",
+        status=RunStatus.NEEDS_ATTENTION,
+        reason="again",
+        operation="tool:1:c1",
+        kind="needs_attention",
+    )
+    await journal.do(transitions.resolve, run_id="run-1", key="tool:1:c1", output={"ok": 1})
+    await journal.do(transitions.resolve, run_id="run-1", key="tool:1:c1", output={"ok": 1})
+    with pytest.raises(stead.ConflictError, match="never replaced"):
+        await journal.do(transitions.resolve, run_id="run-1", key="tool:1:c1", output={"ok": 2})
+    run = await journal.read(lambda tx: tx.get_run("run-1"))
+    assert run.status is RunStatus.PENDING and run.attention_key is None
+
+
+async def test_fork_copies_the_completed_operations_before_a_key(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await journal.do(transitions.begin, run_id="run-1", registered=_registered)
+    for position, key in enumerate(("model:1", "tool:1:c1", "model:2"), start=1):
+        await journal.do(
+            transitions.start_operation,
+            run_id="run-1",
+            key=key,
+            position=position,
+            kind="model",
+            recovery="safe",
+            input_hash="h",
+            input={},
+            started=ModelStarted(key=key, turn=1, attempt=1),
+            writes=None,
+        )
+        await journal.do(
+            transitions.finish_operation,
+            run_id="run-1",
+            key=key,
+            result={"n": position},
+            completed=ModelStarted(key=key, turn=1, attempt=1),
+            writes=None,
+        )
+    command = Fork(
+        run_id="run-1", before="model:2", new_run_id="run-2", session_id="f", request_id="f"
+    )
+    answer = await journal.do(transitions.apply, command=command, version_of=None)
+    assert answer == {"run_id": "run-2", "ready": True}
+    ops = await journal.read(lambda tx: tx.operations("run-2"))
+    assert [(o.key, o.copied_from) for o in ops] == [
+        ("model:1", "run-1"),
+        ("tool:1:c1", "run-1"),
+    ]
+    again = await journal.do(transitions.apply, command=command, version_of=None)
+    assert again == {"run_id": "run-2", "ready": False}
+
+
+# -- interactions ----------------------------------------------------------------------------
+
+
+async def test_a_response_is_recorded_once_and_frees_the_run(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await journal.do(transitions.begin, run_id="run-1", registered=_registered)
+    await journal.do(
+        transitions.request_interaction,
+        run_id="run-1",
+        interaction_id="int_1",
+        key="approval:1:c1",
+        kind="approval",
+        tool="pay",
+        arguments={"amount": 5},
+        digest="d",
+        payload=None,
+        abandon=None,
+    )
+    await journal.do(transitions.park, run_id="run-1", reason="approval requested")
+    assert (await journal.read(lambda tx: tx.get_run("run-1"))).status is RunStatus.WAITING
+    approve = {"kind": "approve", "reviewer": "ana", "note": None}
+    with pytest.raises(stead.ValidationError, match=r"stead\.Approve or stead\.Deny"):
+        await journal.do(transitions.respond, interaction_id="int_1", response={"kind": "answer"})
+    await journal.do(transitions.apply, command=Respond("int_1", approve), version_of=None)
+    await journal.do(transitions.respond, interaction_id="int_1", response=approve)
+    with pytest.raises(stead.ConflictError, match="answered differently"):
+        await journal.do(
+            transitions.respond, interaction_id="int_1", response={"kind": "deny", "reason": "x"}
+        )
+    interaction = await journal.read(lambda tx: tx.get_interaction("int_1"))
+    assert interaction.status == "responded" and interaction.response == approve
+    assert (await journal.read(lambda tx: tx.get_run("run-1"))).status is RunStatus.PENDING
+    with pytest.raises(stead.NotFoundError):
+        await journal.do(transitions.respond, interaction_id="int_2", response=approve)
+
+
+async def test_cancel_is_terminal_and_cancels_pending_interactions(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    await journal.do(
+        transitions.request_interaction,
+        run_id="run-1",
+        interaction_id="int_1",
+        key="approval:1:c1",
+        kind="approval",
+        tool="pay",
+        arguments={},
+        digest="d",
+        payload=None,
+        abandon=None,
+    )
+    assert await journal.do(transitions.apply, command=Cancel("run-1", "done"), version_of=None)
+    assert not await journal.do(transitions.cancel, run_id="run-1", reason=None)
+    interaction = await journal.read(lambda tx: tx.get_interaction("int_1"))
+    assert interaction.status == "cancelled"
+    with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
+        await journal.do(transitions.retry, run_id="run-1")
+
+
+# -- events, blobs, histories, the inbox -------------------------------------------------------
+
+
+async def test_event_sequences_increase_without_gaps_and_page(journal: Journal) -> None:
+    for i in range(5):
+        await journal.submit(f"run-{i}", f"s{i}")
+    events = await journal.read(lambda tx: tx.events_after(None, 0, 100))
+    sequences = [e.sequence for e in events]
+    assert sequences == list(range(sequences[0], sequences[0] + 5))
+    page = await journal.read(lambda tx: tx.events_after(None, sequences[1], 2))
+    assert [e.sequence for e in page] == sequences[2:4]
+    assert await journal.read(lambda tx: tx.last_sequence("run-4")) == sequences[-1]
+
+
+async def test_a_history_chain_reads_back_verified(journal: Journal) -> None:
+    from stead._json import digest_text
+
+    bodies = ['{"m":1}', '{"m":2}', '{"m":3}']
+    nodes, head = [], None
+    for body in bodies:
+        node = history_node(head, digest_text(body))
+        nodes.append((node, head, digest_text(body)))
+        head = node
+
+    def write(tx: Any) -> None:
+        for body in bodies:
+            tx.put_blob(body)
+        tx.put_history(nodes)
+        tx.put_blob(bodies[0])  # stored once however often it is written
+
+    await journal.do(write)
+    assert await journal.read(lambda tx: tx.history(head, 3)) == bodies
+    assert await journal.read(lambda tx: tx.history(nodes[1][0], 2)) == bodies[:2]
+    assert await journal.read(lambda tx: tx.get_blob(digest_text(bodies[2]))) == bodies[2]
+    with pytest.raises(LookupError):
+        await journal.read(lambda tx: tx.history(head, 4))
+
+
+async def test_the_inbox_keeps_order_and_answers_once(journal: Journal) -> None:
+    first = await journal.do(lambda tx: tx.post_command(command_to_json(Retry("run-1"))))
+    second = await journal.do(lambda tx: tx.post_command(command_to_json(Retry("run-2"))))
+    posted = await journal.read(lambda tx: tx.posted_commands(10))
+    assert [row[0] for row in posted] == [first, second]
+    await journal.do(lambda tx: tx.answer_command(first, "applied", {"value": None}))
+    await journal.do(lambda tx: tx.answer_command(first, "failed", {"value": 1}))  # once only
+    assert await journal.read(lambda tx: tx.get_command(first)) == (
+        first,
+        {"name": "retry", "run_id": "run-1"},
+        "applied",
+        {"value": None},
+    )
+    assert [row[0] for row in await journal.read(lambda tx: tx.posted_commands(10))] == [second]
+    journal.clock.advance(seconds=7200)
+    deleted = await journal.do(lambda tx: tx.forget_answered(journal.clock.now()))
+    assert deleted == 1
+    assert await journal.read(lambda tx: tx.get_command(first)) is None
