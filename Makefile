@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/idle_cpu.py
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stead-demo.db*
