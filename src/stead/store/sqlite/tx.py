@@ -1,4 +1,4 @@
-"""A SQLite transaction: the shared row SQL (``.._sql.SqlTx``) on the writer's connection,
+"""A SQLite transaction: the shared row SQL (``..rows.SqlTx``) on the writer's connection,
 with SQLite's savepoints and sequence bookkeeping. The store knows nothing of agents."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..._clock import Clock, iso
 from ...journal.records import Event
-from .._sql import SQLITE, SqlTx
+from ..rows import SQLITE, SqlTx
 
 
 class SqliteTx(SqlTx):
@@ -70,7 +70,7 @@ class SqliteTx(SqlTx):
         cursor = self.execute(sql, params)  # lastrowid: no RETURNING needed (SQLite < 3.35)
         return int(cursor.lastrowid)
 
-    # The rows themselves: shared SQL, in .._sql.SqlTx. What SQLite does its own way is above.
+    # The rows themselves: shared SQL, in ..rows. What SQLite does its own way is above.
 
 
 __all__ = ["SqliteTx"]

@@ -1,0 +1,193 @@
+"""Row SQL shared by the dialects, and the small hook where they differ.
+
+Columns, row decoding and the statements every backend runs in the same words live here once;
+a :class:`Dialect` names what differs (parameter marks, "insert unless present"), so a second
+backend implements a connection and its transactions, not another copy of the journal's SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..._json import JSON, loads
+from ...journal.records import (
+    Event,
+    Interaction,
+    Operation,
+    Run,
+    RunStatus,
+)
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "SqlBase"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What one SQL dialect spells its own way."""
+
+    name: str
+    #: The parameter mark of a positional parameter (the shared SQL is written with ``?``).
+    mark: str
+    #: ``INSERT`` that keeps an existing row with the same key: the statement's start...
+    insert_ignore: str
+    #: ...and its end.
+    on_conflict_ignore: str
+    _cache: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def sql(self, text: str) -> str:
+        """``text`` with this dialect's parameter marks."""
+        if self.mark == "?":
+            return text
+        found = self._cache.get(text)
+        if found is None:
+            found = self._cache[text] = text.replace("?", self.mark)
+        return found
+
+
+SQLITE = Dialect(
+    name="sqlite", mark="?", insert_ignore="INSERT OR IGNORE INTO", on_conflict_ignore=""
+)
+POSTGRES = Dialect(
+    name="postgres",
+    mark="%s",
+    insert_ignore="INSERT INTO",
+    on_conflict_ignore="ON CONFLICT DO NOTHING",
+)
+
+
+RUN_COLUMNS = (
+    "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
+    "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
+    "started_at, finished_at, next_attempt_at, error_kind"
+)
+OP_COLUMNS = (
+    "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
+    "created_at, updated_at, copied_from, attempt_base"
+)
+TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
+UPDATABLE_RUN_FIELDS = frozenset(
+    {
+        "status",
+        "history_head",
+        "history_length",
+        "outcome",
+        "error",
+        "attention_key",
+        "usage",
+        "started_at",
+        "finished_at",
+        "next_attempt_at",
+        "error_kind",
+    }
+)
+JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
+
+
+def time_of(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def load(value: str | None) -> JSON | None:
+    return loads(value) if value is not None else None
+
+
+def run_of(row: Sequence[Any]) -> Run:
+    return Run(
+        id=row[0],
+        number=row[1],
+        session_id=row[2],
+        request_id=row[3],
+        kind=row[4],
+        agent_id=row[5],
+        version=row[6],
+        status=RunStatus(row[7]),
+        input=loads(row[8]),
+        history_head=row[9],
+        history_length=row[10],
+        outcome=load(row[11]),
+        error=load(row[12]),
+        attention_key=row[13],
+        usage=loads(row[14]),
+        created_at=datetime.fromisoformat(row[15]),
+        updated_at=datetime.fromisoformat(row[16]),
+        started_at=time_of(row[17]),
+        finished_at=time_of(row[18]),
+        next_attempt_at=time_of(row[19]),
+        error_kind=row[20],
+    )
+
+
+def operation_of(row: Sequence[Any]) -> Operation:
+    return Operation(
+        run_id=row[0],
+        key=row[1],
+        position=row[2],
+        kind=row[3],
+        status=row[4],
+        recovery=row[5],
+        input_hash=row[6],
+        input=loads(row[7]),
+        result=load(row[8]),
+        attempts=row[9],
+        rerun=bool(row[10]),
+        created_at=datetime.fromisoformat(row[11]),
+        updated_at=datetime.fromisoformat(row[12]),
+        copied_from=row[13],
+        attempt_base=row[14],
+    )
+
+
+INTERACTION_SELECT = (
+    "SELECT i.id, i.run_id, r.session_id, i.key, i.kind, i.status, i.tool, i.arguments, "
+    "i.digest, i.payload, i.response, i.requested_at, i.responded_at "
+    "FROM stead_interactions AS i JOIN stead_runs AS r ON r.id = i.run_id"
+)
+
+
+def interaction_of(row: Sequence[Any]) -> Interaction:
+    return Interaction(
+        interaction_id=row[0],
+        run_id=row[1],
+        session_id=row[2],
+        key=row[3],
+        kind=row[4],
+        status=row[5],
+        tool=row[6],
+        arguments=loads(row[7]),
+        digest=row[8],
+        payload=loads(row[9]),
+        response=load(row[10]),
+        requested_at=datetime.fromisoformat(row[11]),
+        responded_at=time_of(row[12]),
+    )
+
+
+class SqlBase:
+    """What every group of row operations stands on: a connection, a dialect, the clock of the
+    transaction, and SQL written with ``?`` marks that the :class:`Dialect` translates."""
+
+    dialect: Dialect
+    conn: Any
+    #: The next event sequence this transaction hands out, and the events it wrote.
+    next_sequence: int
+    events: list[Event]
+
+    def now(self) -> datetime:  # pragma: no cover - provided by the backend
+        raise NotImplementedError
+
+    def stamp(self) -> str:  # pragma: no cover - provided by the backend
+        raise NotImplementedError
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.conn.execute(self.dialect.sql(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        return self.conn.executemany(self.dialect.sql(sql), rows)
+
+    def insert_id(self, sql: str, params: Sequence[Any]) -> int:
+        """Insert one row and return its integer key."""
+        cursor = self.execute(f"{sql} RETURNING id", params)
+        return int(cursor.fetchone()[0])

@@ -1,0 +1,93 @@
+"""Operations: intents, results, re-runs, and copies for a fork."""
+
+from __future__ import annotations
+
+from ..._json import JSON, dumps
+from ...journal.records import Operation, Recovery
+from ._base import OP_COLUMNS, SqlBase, operation_of
+
+
+class OperationRows(SqlBase):
+    def operations(self, run_id: str) -> list[Operation]:
+        rows = self.execute(
+            f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
+            (run_id,),
+        ).fetchall()
+        return [operation_of(row) for row in rows]
+
+    def get_operation(self, run_id: str, key: str) -> Operation | None:
+        row = self.execute(
+            f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? AND key = ?",
+            (run_id, key),
+        ).fetchone()
+        return operation_of(row) if row else None
+
+    def start_operation(
+        self,
+        *,
+        run_id: str,
+        key: str,
+        position: int,
+        kind: str,
+        recovery: Recovery,
+        input_hash: str,
+        input: JSON,
+    ) -> None:
+        now = self.stamp()
+        self.execute(
+            "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+            "input_hash, input, attempts, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, 'started', ?, ?, ?, 1, ?, ?)",
+            (run_id, key, position, kind, recovery, input_hash, dumps(input), now, now),
+        )
+
+    def restart_operation(self, run_id: str, key: str, attempts: int) -> None:
+        """Record another attempt of an interrupted operation (and consume a re-run order)."""
+        self.execute(
+            "UPDATE stead_operations SET attempts = ?, rerun = 0, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (attempts, self.stamp(), run_id, key),
+        )
+
+    def complete_operation(self, run_id: str, key: str, result: JSON) -> bool:
+        """Store the result of a started operation; False if it was not ``started``."""
+        cursor = self.execute(
+            "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (dumps(result), self.stamp(), run_id, key),
+        )
+        return int(cursor.rowcount) == 1
+
+    def order_rerun(self, run_id: str, key: str) -> None:
+        self.execute(
+            "UPDATE stead_operations SET rerun = 1, updated_at = ? "
+            "WHERE run_id = ? AND key = ? AND status = 'started'",
+            (self.stamp(), run_id, key),
+        )
+
+    def copy_operations(self, source_run_id: str, target_run_id: str, before: int) -> int:
+        """Copy the completed operations positioned before ``before`` into another run (fork)."""
+        cursor = self.execute(
+            "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+            "input_hash, input, result, attempts, rerun, created_at, updated_at, copied_from) "
+            "SELECT ?, key, position, kind, status, recovery, input_hash, input, result, "
+            "attempts, 0, created_at, updated_at, run_id FROM stead_operations "
+            "WHERE run_id = ? AND position < ? AND status = 'completed'",
+            (target_run_id, source_run_id, before),
+        )
+        return int(cursor.rowcount)
+
+    def delete_operation(self, run_id: str, key: str) -> None:
+        """Forget an intent whose work never started (a tool that asked for approval first)."""
+        self.execute(
+            "DELETE FROM stead_operations WHERE run_id = ? AND key = ? AND status = 'started'",
+            (run_id, key),
+        )
+
+    def reset_attempts(self, run_id: str) -> None:
+        """Give the interrupted operations of a run a fresh attempt budget (on retry)."""
+        self.execute(
+            "UPDATE stead_operations SET attempt_base = attempts "
+            "WHERE run_id = ? AND status = 'started'",
+            (run_id,),
+        )

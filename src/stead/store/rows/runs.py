@@ -1,0 +1,176 @@
+"""Runs: insert, read, update, list, and which may run next."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..._clock import iso
+from ..._json import JSON, dumps
+from ...journal.records import RUNNABLE_STATUSES, Run, RunStatus
+from ._base import (
+    JSON_RUN_FIELDS,
+    RUN_COLUMNS,
+    TERMINAL_SQL,
+    UPDATABLE_RUN_FIELDS,
+    SqlBase,
+    run_of,
+    time_of,
+)
+
+
+class RunRows(SqlBase):
+    def get_run(self, run_id: str) -> Run | None:
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        return run_of(row) if row else None
+
+    def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS}, submission_digest FROM stead_runs "
+            "WHERE session_id = ? AND request_id = ?",
+            (session_id, request_id),
+        ).fetchone()
+        return (run_of(row), row[-1]) if row else None
+
+    def unfinished_in_session(self, session_id: str) -> Run | None:
+        """The newest unfinished run of a session, if any."""
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
+            f"AND status NOT IN {TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return run_of(row) if row else None
+
+    def later_started(self, run: Run) -> Run | None:
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number > ? "
+            "AND started_at IS NOT NULL ORDER BY number LIMIT 1",
+            (run.session_id, run.number),
+        ).fetchone()
+        return run_of(row) if row else None
+
+    def latest_completed(self, session_id: str, before: int) -> Run | None:
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
+            "AND status = 'completed' ORDER BY number DESC LIMIT 1",
+            (session_id, before),
+        ).fetchone()
+        return run_of(row) if row else None
+
+    def insert_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        request_id: str,
+        kind: str,
+        agent_id: str,
+        version: str,
+        status: RunStatus,
+        input: JSON,
+        submission_digest: str,
+    ) -> Run:
+        now = self.stamp()
+        cursor = self.execute(
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+            "input, submission_digest, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                session_id,
+                request_id,
+                kind,
+                agent_id,
+                version,
+                status.value,
+                dumps(input),
+                submission_digest,
+                now,
+                now,
+            ),
+        )
+        number = cursor.lastrowid
+        assert number is not None
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
+        assignments, values = ["updated_at = ?"], [self.stamp()]
+        for name, value in fields.items():
+            if name not in UPDATABLE_RUN_FIELDS:
+                raise ValueError(f"stead_runs.{name} cannot be updated")
+            if name in JSON_RUN_FIELDS and value is not None:
+                value = dumps(value)
+            elif isinstance(value, RunStatus):
+                value = value.value
+            elif isinstance(value, datetime):
+                value = iso(value)
+            assignments.append(f"{name} = ?")
+            values.append(value)
+        values.append(run_id)
+        self.execute(f"UPDATE stead_runs SET {', '.join(assignments)} WHERE id = ?", values)
+
+    def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
+        """Runs the scheduler may start, in submission order: runnable status (or a retry_wait
+        whose time has come) and at the head of their session (no earlier unfinished run)."""
+        excluded = set(exclude)
+        statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
+            "OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?)) "
+            "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
+            f"AND p.number < r.number AND p.status NOT IN {TERMINAL_SQL}) "
+            "ORDER BY r.number LIMIT ?",
+            (self.stamp(), limit + len(excluded)),
+        ).fetchall()
+        return [run for run in map(run_of, rows) if run.id not in excluded][:limit]
+
+    def next_wakeup(self) -> datetime | None:
+        """The earliest time a run in retry_wait becomes runnable."""
+        row = self.execute(
+            "SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'"
+        ).fetchone()
+        return time_of(row[0])
+
+    def list_runs(
+        self,
+        *,
+        session_id: str | None,
+        agent_id: str | None,
+        statuses: Sequence[str] | None,
+        before_number: int | None,
+        limit: int,
+    ) -> list[Run]:
+        clauses: list[str] = []
+        values: list[object] = []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            values.append(session_id)
+        if agent_id is not None:
+            clauses.append("agent_id = ?")
+            values.append(agent_id)
+        if statuses:
+            clauses.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            values.extend(statuses)
+        if before_number is not None:
+            clauses.append("number < ?")
+            values.append(before_number)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
+            (*values, limit),
+        ).fetchall()
+        return [run_of(row) for row in rows]
+
+    def count_runs(self, statuses: Sequence[str]) -> int:
+        marks = ", ".join("?" for _ in statuses)
+        return int(
+            self.execute(
+                f"SELECT COUNT(*) FROM stead_runs WHERE status IN ({marks})", tuple(statuses)
+            ).fetchone()[0]
+        )
