@@ -285,14 +285,12 @@ class Client:
         try:
             while True:
                 page = await self._read(_events_after(run_id, cursor, EVENT_PAGE))
-                for event in page:
+                for event in page:  # a terminal status need not be the last: a retry follows
                     cursor = event.sequence
                     yield event
-                    if _is_terminal(event):
-                        return
                 if len(page) == EVENT_PAGE:
                     continue
-                if not page and (await self.run_record(run_id)).status.terminal:
+                if (await self.run_record(run_id)).status.terminal:
                     # Its terminal status event committed with the status: read up to it.
                     tail = await self._read(_events_after(run_id, cursor, 2**31))
                     for event in tail:
@@ -557,7 +555,3 @@ def _outcome(run: Run, bodies: list[str]) -> RunOutcome:
         messages=messages,
         usage=Usage.from_json(outcome.get("usage")),
     )
-
-
-def _is_terminal(event: Event) -> bool:
-    return event.kind == "status" and RunStatus(event.data["status"]).terminal

@@ -224,6 +224,8 @@ def parse_value(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise click.BadParameter("VALUE is JSON nested too deeply to store") from None
 
 
 @click.command()

@@ -23,6 +23,8 @@ __all__ = ["cancel", "fork", "resolve", "retry"]
 def _json_output(ctx: click.Context, param: click.Parameter, value: str) -> Any:
     try:
         return json.loads(value)
+    except RecursionError:
+        raise click.BadParameter("the JSON is nested too deeply to store") from None
     except ValueError as exc:
         raise click.BadParameter(
             inert(

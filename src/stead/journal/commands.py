@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from .. import errors
-from .._json import JSON
-from ..errors import SteadError, ValidationError
+from .._json import JSON, NotJSONError, check, check_text
+from ..errors import SteadError, ValidationError, shown
 
 __all__ = [
     "Cancel",
@@ -107,14 +107,67 @@ def command_to_json(command: Command) -> dict[str, JSON]:
     return asdict(command)
 
 
+#: The type of every field of every command, checked before a posted command is applied:
+#: whoever can write the file can post anything to its inbox.
+_FIELDS: dict[str, dict[str, str]] = {
+    "submit": {
+        "run_id": "str",
+        "agent_id": "str",
+        "session_id": "str",
+        "request_id": "str",
+        "prompt": "str",
+        "version": "str?",
+        "enqueue": "bool",
+    },
+    "respond": {"interaction_id": "str", "response": "object"},
+    "resolve": {"run_id": "str", "key": "str", "output": "json"},
+    "retry": {"run_id": "str"},
+    "cancel": {"run_id": "str", "reason": "str?"},
+    "fork": {
+        "run_id": "str",
+        "before": "str",
+        "new_run_id": "str",
+        "session_id": "str",
+        "request_id": "str",
+        "version": "str?",
+    },
+}
+
+
+def _valid(kind: str, value: JSON) -> bool:
+    if kind.endswith("?"):
+        return value is None or _valid(kind[:-1], value)
+    if kind == "str":
+        return isinstance(value, str) and check_text(value) is None
+    if kind == "bool":
+        return isinstance(value, bool)
+    try:
+        check(value)
+    except NotJSONError:
+        return False
+    return kind == "json" or isinstance(value, dict)
+
+
 def command_from_json(data: JSON) -> Command:
     """The command an inbox row holds; :class:`ValidationError` for anything else."""
     if not isinstance(data, dict) or data.get("name") not in _BY_NAME:
-        raise ValidationError(f"not a stead command: {data!r}")
+        raise ValidationError(f"not a stead command: {shown(data)}")
+    name = data["name"]
+    fields = _FIELDS[name]
+    unknown = sorted(set(data) - set(fields) - {"name"})
+    wrong = sorted(k for k, kind in fields.items() if k in data and not _valid(kind, data[k]))
+    if unknown or wrong:
+        raise ValidationError(
+            f"malformed {name} command: "
+            + "; ".join(
+                ([f"unknown fields {', '.join(unknown)}"] if unknown else [])
+                + ([f"fields of the wrong type: {', '.join(wrong)}"] if wrong else [])
+            )
+        )
     try:
-        command: Command = _BY_NAME[data["name"]](**data)
+        command: Command = _BY_NAME[name](**data)
     except TypeError as exc:
-        raise ValidationError(f"malformed {data['name']} command ({exc}): {data!r}") from None
+        raise ValidationError(f"malformed {name} command ({exc}): {shown(data)}") from None
     return command
 
 

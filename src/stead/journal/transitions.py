@@ -15,7 +15,14 @@ from datetime import datetime
 
 from .._clock import iso
 from .._json import JSON, digest, storable_text
-from ..errors import ConflictError, LimitError, NotFoundError, StorageError, ValidationError
+from ..errors import (
+    ConflictError,
+    LimitError,
+    NotFoundError,
+    StorageError,
+    ValidationError,
+    shown,
+)
 from .commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
 from .events import (
     InteractionRequested,
@@ -243,6 +250,11 @@ def respond(tx: Tx, interaction_id: str, response: dict[str, JSON]) -> None:
             "list` shows the pending ones"
         )
     expected = "stead.Answer" if interaction.kind == "question" else "stead.Approve or stead.Deny"
+    if response.get("kind") not in ("approve", "deny", "answer"):
+        raise ValidationError(
+            f"a response is an approve, a deny or an answer, not {shown(response.get('kind'))}; "
+            f"answer interaction {interaction_id} with {expected}"
+        )
     if (response.get("kind") == "answer") != (interaction.kind == "question"):
         raise ValidationError(
             f"interaction {interaction_id} is a {interaction.kind}; answer it with {expected}, "

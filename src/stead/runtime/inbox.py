@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 
 from .._json import JSON
-from ..errors import SteadError, StorageError
+from ..errors import SteadError, StorageError, ValidationError, described
 from ..journal import transitions
 from ..journal.commands import Command, command_from_json, error_answer
 from ..journal.protocol import OwnedStore, Tx
 
 __all__ = ["INTERVAL", "Inbox"]
+
+logger = logging.getLogger("stead")
 
 #: How often the owner looks for posted commands.
 INTERVAL = 0.2
@@ -65,7 +68,9 @@ class Inbox:
                 if self._store.changed_elsewhere():
                     await self.drain()
             except StorageError:
-                return
+                return  # the runtime is poisoned and says so itself
+            except Exception:  # never let one bad round stop the owner listening
+                logger.exception("applying commands from the inbox failed; trying again")
 
     async def drain(self) -> None:
         """Apply every posted command, oldest first; forget answers read long ago."""
@@ -74,10 +79,23 @@ class Inbox:
         while True:
             posted = await self._store.read(lambda tx: tx.posted_commands(_BATCH))
             for command_id, data, _status, _answer in posted:
-                applied = await self._store.transact(
-                    functools.partial(self._apply, command_id=command_id, data=data),
-                    durability="barrier",
-                )
+                try:
+                    applied = await self._store.transact(
+                        functools.partial(self._apply, command_id=command_id, data=data),
+                        durability="barrier",
+                    )
+                except StorageError:
+                    raise
+                except Exception as exc:  # a command no transition could take: answer it
+                    logger.error("inbox command #%s failed: %s", command_id, described(exc))
+                    refusal = ValidationError(
+                        f"the command could not be applied ({described(exc)}); nothing changed"
+                    )
+                    await self._store.transact(
+                        functools.partial(_refuse, command_id=command_id, error=refusal),
+                        durability="barrier",
+                    )
+                    continue
                 if applied is not None:
                     self._applied(*applied)
             if len(posted) < _BATCH:
@@ -96,3 +114,7 @@ class Inbox:
             return None
         tx.answer_command(command_id, "applied", {"value": answer})
         return command, answer
+
+
+def _refuse(tx: Tx, *, command_id: int, error: SteadError) -> None:
+    tx.answer_command(command_id, "failed", error_answer(error))

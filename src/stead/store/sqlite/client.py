@@ -1,10 +1,12 @@
 """The client side of a SQLite store: a process that does not own the file.
 
 It reads on its own connection (WAL: never blocking the owner) and changes runs with commands.
-Whether a live runtime owns the file is the owner's lock (an exclusive ``flock``): if this
-process can take it, nobody owns the file and the command is applied here, under the lock, so
-no runtime starts meanwhile; if not, the command is posted to the inbox and the owner applies
-it with the same transition, recording the answer the caller then reads back.
+Whether a live runtime owns the file is the owner's lock (an exclusive ``flock`` on
+``<path>-lock``): if this process can take it, nobody owns the file and the command is applied
+here, under the lock, so no runtime starts meanwhile; if not, the command is posted to the inbox
+and the owner applies it with the same transition, recording the answer the caller then reads
+back. A poster that later finds the lock free (the owner died, or the holder was another client
+applying its own command) applies its posted command itself, exactly as the owner would.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..._clock import SystemClock
-from ...errors import SchemaVersionError, StorageError, ValidationError
+from ...errors import SchemaVersionError, SteadError, StorageError, ValidationError
 from ...journal import transitions
-from ...journal.commands import Command, answer_of, command_to_json, describe
+from ...journal.commands import (
+    Command,
+    answer_of,
+    command_from_json,
+    command_to_json,
+    describe,
+    error_answer,
+)
+from ...journal.protocol import InboxRow
 from ..migrate import SCHEMA_VERSION, schema_version, verify_schema
 from .tx import SqliteTx
 
@@ -59,6 +68,12 @@ class ClientSide:
             conn.execute("PRAGMA trusted_schema = OFF")
             version = schema_version(conn)
         except sqlite3.DatabaseError as exc:
+            if "unable to open" in str(exc):
+                raise StorageError(
+                    f"cannot read the stead database {path!r}: {exc}. SQLite reads a "
+                    "write-ahead log through a shared-memory file beside the database "
+                    f"({path}-shm); the folder must let this process create it"
+                ) from exc
             raise ValidationError(f"{path!r} is not a stead database ({exc})") from exc
         if version == 0:
             conn.close()
@@ -82,6 +97,8 @@ class ClientSide:
             conn.close()
             raise
         self._conn = conn
+        found = os.stat(path)
+        self._identity = (found.st_dev, found.st_ino)
         self._writer: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -105,9 +122,29 @@ class ClientSide:
             self._writer = conn
         return self._writer
 
+    def _check_identity(self) -> None:
+        """The path must still name the file this client opened: a database deleted or
+        replaced (a backup restored over it) since is refused, never read or written stale."""
+        try:
+            now = os.stat(self._store.path)
+        except FileNotFoundError:
+            what = "was deleted"
+        else:
+            if (now.st_dev, now.st_ino) == self._identity:
+                return
+            what = "was replaced by another file"
+        raise StorageError(
+            f"the stead database {self._store.path!r} {what} after this client opened it; "
+            "nothing was read or written. Open a new stead.Client on it"
+        )
+
     def read(self, fn: Callable[[SqliteTx], T]) -> T:
         with self._lock:
-            return fn(SqliteTx(self._conn, self._store.clock, 0, False, read_only=True))
+            self._check_identity()
+            try:
+                return fn(SqliteTx(self._conn, self._store.clock, 0, False, read_only=True))
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot read {self._store.path!r}: {exc}") from exc
 
     async def command(self, command: Command, *, timeout: float) -> Any:
         state, value = await asyncio.to_thread(self._post_or_apply, command)
@@ -118,7 +155,7 @@ class ClientSide:
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             await asyncio.sleep(POLL_INTERVAL)
-            row = await asyncio.to_thread(self.read, lambda tx: tx.get_command(command_id))
+            row = await asyncio.to_thread(self._answer_or_apply, command_id)
             if row is not None and row[2] != "posted":
                 return answer_of(row[3])
         raise TimeoutError(
@@ -127,34 +164,54 @@ class ClientSide:
             "when that runtime, or the next one to open the file, gets to it"
         )
 
+    def _answer_or_apply(self, command_id: int) -> InboxRow | None:
+        """The posted command's row once answered. If meanwhile nobody holds the owner's lock
+        (the owner died, or it was another client applying a command), apply it here, as the
+        owner would: the command and its answer in one transaction, so it is applied once."""
+        row = self.read(lambda tx: tx.get_command(command_id))
+        if row is None or row[2] != "posted":
+            return row
+        lock = self._store.try_lock()
+        if lock is None:
+            return row
+        try:
+            return self._write(lambda tx: _apply_posted(tx, command_id), lock)
+        finally:
+            os.close(lock)
+
     def _post_or_apply(self, command: Command) -> tuple[str, Any]:
         """Apply ``command`` here if no runtime owns the file, else post it (blocking)."""
         lock = self._store.try_lock()
+        try:
+            if lock is None:  # someone holds the owner's lock: the inbox
+                command_id = self._write(lambda tx: tx.post_command(command_to_json(command)))
+                return "posted", command_id
+            return "applied", self._write(lambda tx: transitions.apply(tx, command, None), lock)
+        finally:
+            if lock is not None:
+                os.close(lock)  # releases the owner's lock
+
+    def _write(self, fn: Callable[[SqliteTx], T], lock: int | None = None) -> T:
+        """One write transaction on this client's connection (applying a command needs the
+        owner's lock, held by the caller)."""
         with self._lock:
+            self._check_identity()
+            conn: sqlite3.Connection | None = None
             try:
                 conn = self._writable()
                 conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                if lock is not None:
-                    os.close(lock)
-                raise StorageError(f"cannot write to {self._store.path!r}: {exc}") from exc
-            try:
-                if lock is None:  # a live runtime owns the file: its inbox
-                    tx = SqliteTx(conn, SystemClock(), 0, False)
-                    command_id = tx.post_command(command_to_json(command))
-                    conn.execute("COMMIT")
-                    return "posted", command_id
-                tx = SqliteTx(conn, self._store.clock, self._next_sequence(conn), False)
-                value = transitions.apply(tx, command, None)
+                sequence = self._next_sequence(conn) if lock is not None else 0
+                value = fn(SqliteTx(conn, self._store.clock, sequence, False))
                 conn.execute("COMMIT")
-                return "applied", value
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                return value
+            except sqlite3.Error as exc:
+                raise StorageError(
+                    f"cannot write to the stead database {self._store.path!r}: {exc}; check "
+                    "that the file and its folder are writable by this process"
+                ) from exc
             finally:
-                if lock is not None:
-                    os.close(lock)  # releases the owner's lock
+                if conn is not None and conn.in_transaction:
+                    conn.execute("ROLLBACK")
 
     @staticmethod
     def _next_sequence(conn: sqlite3.Connection) -> int:
@@ -162,3 +219,19 @@ class ClientSide:
         written = conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM stead_events").fetchone()
         reserved = conn.execute("SELECT sequence_reserved_through FROM stead_meta").fetchone()
         return max(int(written[0]), int(reserved[0] or 0)) + 1
+
+
+def _apply_posted(tx: SqliteTx, command_id: int) -> InboxRow | None:
+    """Apply a posted command as its owner would (see ``runtime.inbox``)."""
+    row = tx.get_command(command_id)
+    if row is None or row[2] != "posted":
+        return row
+    try:
+        answer = transitions.apply(tx, command_from_json(row[1]), None)
+    except StorageError:
+        raise
+    except SteadError as exc:
+        tx.answer_command(command_id, "failed", error_answer(exc))
+    else:
+        tx.answer_command(command_id, "applied", {"value": answer})
+    return tx.get_command(command_id)

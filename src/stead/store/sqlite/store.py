@@ -7,12 +7,14 @@ the WAL on the writer's flush thread, which flushes every commit before it too
 (``fsync="always"`` makes every commit a barrier). WAL checkpoints run on their own thread and
 connection, off the commit path.
 
-Ownership is an exclusive ``flock`` on the database file, held for the runtime's life: the
-kernel releases it when the process dies, however it dies, so a live owner is never taken over
-(not from another pid namespace either) and a crashed one never blocks the next. The open file
-is also the store's identity: at every barrier the path must still name it, so a database that
-was deleted or replaced under a running runtime fails closed instead of acknowledging work that
-no reopening would find. On open, the schema must be exactly what stead's migrations create (no
+Ownership is an exclusive ``flock`` on ``<path>-lock``, held for the runtime's life: the kernel
+releases it when the process dies, however it dies, so a live owner is never taken over (not
+from another pid namespace either) and a crashed one never blocks the next. It is a file of its
+own because SQLite's locks on the database are POSIX locks, which the process loses on *every*
+descriptor of that file as soon as any one of them is closed. At every barrier the path must
+still name the database and write-ahead log this store writes, so a database that was deleted or
+replaced under a running runtime fails closed instead of acknowledging work that no reopening
+would find. On open, the schema must be exactly what stead's migrations create (no
 foreign triggers or views), and ``trusted_schema`` is off.
 """
 
@@ -139,6 +141,7 @@ class SqliteStore:
         self._checkpointer: _Checkpointer | None = None
         self._wal_fd: int | None = None
         self._lock_fd: int | None = None
+        self._identity: tuple[int, int] | None = None
         self._next_sequence = 1
         self._reserved_through = 0
         self._reserving: int | None = None
@@ -202,6 +205,9 @@ class SqliteStore:
                 os.close(lock_fd)
             raise
         self._lock_fd = lock_fd
+        if not self.memory:
+            found = os.stat(self.path)
+            self._identity = (found.st_dev, found.st_ino)
         # Writes never wait inside SQLite for another process's lock (that would block the
         # event loop): the writer retries a busy database itself, up to busy_timeout.
         conn.execute("PRAGMA busy_timeout = 0")
@@ -244,16 +250,25 @@ class SqliteStore:
             "folder are writable by this process and the disk has room"
         )
 
-    def _lock(self) -> int:
-        """Take the owner's lock: an exclusive ``flock`` on the database file, released by the
-        kernel when this process dies. Returns its file descriptor, the store's identity."""
+    @property
+    def lock_path(self) -> str:
+        """The file whose exclusive ``flock`` is the owner's lock (SQLite never opens it)."""
+        return f"{self.path}-lock"
+
+    def _open_lock(self) -> int:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StorageError(
-                f"cannot open the stead database {self.path!r}: {exc.strerror}; check that the "
-                "file and its folder are readable and writable by this process"
+                f"cannot open the lock file {self.lock_path!r} of the stead database "
+                f"{self.path!r}: {exc.strerror}; the folder must be writable by this process "
+                "(SQLite keeps its write-ahead log there too)"
             ) from exc
+
+    def _lock(self) -> int:
+        """Take the owner's lock: an exclusive ``flock`` on ``<path>-lock``, released by the
+        kernel when this process dies. Returns its file descriptor."""
+        fd = self._open_lock()
         try:
             for pause in _LOCK_PAUSES:  # a client applying a command holds it for milliseconds
                 try:
@@ -411,16 +426,19 @@ class SqliteStore:
     def check_identity(self) -> None:
         """Raise :class:`StorageError` if the database or its WAL at ``path`` is no longer the
         file this store writes (deleted, or replaced by another file)."""
-        for fd, path in ((self._lock_fd, self.path), (self._wal_fd, f"{self.path}-wal")):
-            if fd is None:
+        wal = os.fstat(self._wal_fd) if self._wal_fd is not None else None
+        for expected, path in (
+            (self._identity, self.path),
+            ((wal.st_dev, wal.st_ino) if wal is not None else None, f"{self.path}-wal"),
+        ):
+            if expected is None:
                 continue
             try:
                 now = os.stat(path)
             except FileNotFoundError:
                 what = "was deleted"
             else:
-                held = os.fstat(fd)
-                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                if (now.st_dev, now.st_ino) == expected:
                     continue
                 what = "was replaced by another file"
             raise StorageError(
@@ -444,9 +462,6 @@ class SqliteStore:
         if writer is None or conn is None:
             return
         self._writer = None
-        if self._wal_fd is not None:
-            os.close(self._wal_fd)
-            self._wal_fd = None
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
@@ -470,6 +485,9 @@ class SqliteStore:
         finally:
             conn.close()
             self._conn = None
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)  # SQLite holds no locks on the WAL file itself
+                self._wal_fd = None
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
                 self._lock_fd = None
@@ -505,7 +523,7 @@ class SqliteStore:
     def try_lock(self) -> int | None:
         """The owner's lock if nobody holds it (its descriptor; closing it releases the lock),
         else ``None``."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = self._open_lock()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
