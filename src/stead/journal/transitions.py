@@ -565,8 +565,10 @@ def start_operation(
     input: JSON,
     started: Payload,
     writes: Writes | None,
+    input_text: str | None = None,
 ) -> None:
-    """The intent of a new operation (and the rows its input refers to)."""
+    """The intent of a new operation (and the rows its input refers to); ``input_text`` is the
+    input's JSON when the caller encoded it already."""
     _write(tx, writes, run_id)
     tx.start_operation(
         run_id=run_id,
@@ -576,6 +578,7 @@ def start_operation(
         recovery=recovery,
         input_hash=input_hash,
         input=input,
+        input_text=input_text,
     )
     tx.append_event(run_id, started)
 
@@ -590,10 +593,17 @@ def restart_operation(
 
 
 def finish_operation(
-    tx: Tx, *, run_id: str, key: str, result: JSON, completed: Payload, writes: Writes | None
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    result: JSON,
+    completed: Payload,
+    writes: Writes | None,
+    result_text: str | None = None,
 ) -> None:
-    """The result of an operation in progress."""
-    if not tx.complete_operation(run_id, key, result):
+    """The result of an operation in progress (``result_text``: its JSON, if encoded already)."""
+    if not tx.complete_operation(run_id, key, result, result_text):
         raise StorageError(
             f"operation {key} of run {run_id} was not in progress when its result was "
             "written; the journal was changed under this runtime"

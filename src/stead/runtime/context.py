@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from .._json import JSON, digest, dumps
+from .._json import JSON, canonical, digest, digest_text, dumps
 from ..journal import transitions
 from ..journal.events import Payload
 from ..journal.keys import interaction_id, operation_id
@@ -148,7 +148,10 @@ class RunContext:
         the process is not sent once more.
         """
         run_id = self.run.id
-        input_hash = digest({"kind": kind, "input": input})
+        # One encoding serves the hash, the size check and storage. The hash is the digest of
+        # {"input": ..., "kind": ...} in canonical form, written out around the input's text.
+        input_text = canonical(input)
+        input_hash = digest_text(f'{{"input":{input_text},"kind":{canonical(kind)}}}')
         if key in self._keys:
             raise NeedsAttention(
                 f"operation key {key} was used twice in one execution of run {run_id}; give "
@@ -188,7 +191,7 @@ class RunContext:
                     "limit, then retry()",
                     operation=key,
                 )
-            self._check_size(key, "input", input)
+            self._check_size(key, "input", input_text)
             intent = self._write(
                 functools.partial(
                     transitions.start_operation,
@@ -201,6 +204,7 @@ class RunContext:
                     input=input,
                     started=started(attempt),
                     writes=before,
+                    input_text=input_text,
                 ),
                 durability,
             )
@@ -220,7 +224,8 @@ class RunContext:
         result = await execute(attempt)
         if boundaries.hook is not None:
             boundaries.hook("effect_done", key)
-        self._check_size(key, "result", result)
+        result_text = dumps(result)
+        self._check_size(key, "result", result_text)
         written = self._write(
             functools.partial(
                 transitions.finish_operation,
@@ -229,6 +234,7 @@ class RunContext:
                 result=result,
                 completed=completed(result),
                 writes=after(result) if after is not None else None,
+                result_text=result_text,
             ),
             "barrier" if recovery != "safe" else "lazy",
         )
@@ -287,8 +293,8 @@ class RunContext:
             )
         return None
 
-    def _check_size(self, key: str, what: str, value: JSON) -> None:
-        size = len(dumps(value).encode())
+    def _check_size(self, key: str, what: str, text: str) -> None:
+        size = len(text) if text.isascii() else len(text.encode())
         if size > self.max_payload_bytes:
             raise NeedsAttention(
                 f"limit max_payload_bytes hit at {key}: its {what} is {size} bytes (limit "

@@ -32,13 +32,15 @@ class OperationRows(SqlBase):
         recovery: Recovery,
         input_hash: str,
         input: JSON,
+        input_text: str | None = None,
     ) -> None:
         now = self.stamp()
+        text = input_text if input_text is not None else dumps(input)
         self.execute(
             "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
             "input_hash, input, attempts, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, 'started', ?, ?, ?, 1, ?, ?)",
-            (run_id, key, position, kind, recovery, input_hash, dumps(input), now, now),
+            (run_id, key, position, kind, recovery, input_hash, text, now, now),
         )
 
     def restart_operation(self, run_id: str, key: str, attempts: int) -> None:
@@ -49,12 +51,14 @@ class OperationRows(SqlBase):
             (attempts, self.stamp(), run_id, key),
         )
 
-    def complete_operation(self, run_id: str, key: str, result: JSON) -> bool:
+    def complete_operation(
+        self, run_id: str, key: str, result: JSON, result_text: str | None = None
+    ) -> bool:
         """Store the result of a started operation; False if it was not ``started``."""
         cursor = self.execute(
             "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
             "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (dumps(result), self.stamp(), run_id, key),
+            (result_text if result_text is not None else dumps(result), self.stamp(), run_id, key),
         )
         return int(cursor.rowcount) == 1
 
