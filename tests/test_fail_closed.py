@@ -28,11 +28,13 @@ def faulty_store(path: str, *, method: str, key: str) -> stead.SqliteStore:
                 raise sqlite3.OperationalError("database or disk is full")
             super().start_operation(**kwargs)
 
-        def complete_operation(self, run_id: str, op_key: str, result: JSON) -> bool:
+        def complete_operation(
+            self, run_id: str, op_key: str, result: JSON, result_text: str | None = None
+        ) -> bool:
             if method == "complete_operation" and op_key == key and not fired["done"]:
                 fired["done"] = True
                 raise sqlite3.OperationalError("database or disk is full")
-            return super().complete_operation(run_id, op_key, result)
+            return super().complete_operation(run_id, op_key, result, result_text)
 
     store = stead.SqliteStore(path)
     store.tx_class = FullDisk
