@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,51 +19,21 @@ import pytest
 
 import stead
 
+from ._processes import JsonLinesChild
+
 OWNER = Path(__file__).with_name("_cli_owner.py")
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 
-class Owner:
+class Owner(JsonLinesChild):
     """A child process running ``tests/_cli_owner.py``; its JSON lines arrive on a queue."""
 
     def __init__(self, mode: str, db: Path, ledger: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(OWNER), mode, str(db), str(ledger)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            self.lines.put(json.loads(raw))
+        super().__init__([sys.executable, str(OWNER), mode, str(db), str(ledger)])
 
     def expect(self, key: str, timeout: float = 15) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                line = self.lines.get(timeout=max(left, 0.01))
-            except queue.Empty:
-                err = self.process.stderr.read() if self.process.poll() is not None else ""
-                raise AssertionError(f"the owner never said {key!r}; stderr: {err}") from None
-            if key in line:
-                return line
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGCONT)
-            self.process.kill()
-        self.process.wait(10)
-        self.reader.join(10)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
+        return super().expect(key, timeout)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import os
-import queue
 import random
 import shutil
 import signal
@@ -34,6 +33,7 @@ import stead.client
 from stead.testing import FunctionModel
 
 from ._hostile_owner import build_app
+from ._processes import JsonLinesChild
 
 HERE = Path(__file__).parent
 CHILD = HERE / "_hostile_owner.py"
@@ -46,44 +46,11 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals a
 # -- processes ----------------------------------------------------------------------------------
 
 
-class Owner:
+class Owner(JsonLinesChild):
     """A runtime owning ``db`` in a child process (``tests/_hostile_owner.py owner``)."""
 
     def __init__(self, db: str | Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), "owner", str(db)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            self.lines.put(json.loads(raw))
-
-    def expect(self, key: str, timeout: float = 20) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                err = ""
-                if self.process.poll() is not None and self.process.stderr is not None:
-                    err = self.process.stderr.read()
-                raise AssertionError(f"the owner never said {key!r}; stderr: {err}") from None
-            if key in line:
-                return line
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.process.pid, signal.SIGCONT)
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
+        super().__init__([sys.executable, str(CHILD), "owner", str(db)], stdin=True)
 
     def close(self) -> dict[str, Any]:
         """End it cleanly (stdin closes): its runtime's health as it closed."""
@@ -92,15 +59,6 @@ class Owner:
         health = self.expect("closed")["closed"]
         assert self.process.wait(10) == 0
         return health
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.kill()
-        self.reader.join(10)
-        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
 
 
 @pytest.fixture
