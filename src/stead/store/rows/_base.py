@@ -7,6 +7,7 @@ backend implements a connection and its transactions, not another copy of the jo
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -165,7 +166,7 @@ def interaction_of(row: Sequence[Any]) -> Interaction:
     )
 
 
-class SqlBase:
+class SqlBase(ABC):
     """What every group of row operations stands on: a connection, a dialect, the clock of the
     transaction, and SQL written with ``?`` marks that the :class:`Dialect` translates."""
 
@@ -175,11 +176,13 @@ class SqlBase:
     next_sequence: int
     events: list[Event]
 
-    def now(self) -> datetime:  # pragma: no cover - provided by the backend
-        raise NotImplementedError
+    @abstractmethod
+    def now(self) -> datetime:
+        """The transaction's one timestamp (the backend's clock)."""
 
-    def stamp(self) -> str:  # pragma: no cover - provided by the backend
-        raise NotImplementedError
+    @abstractmethod
+    def stamp(self) -> str:
+        """:meth:`now` in its storage form."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self.conn.execute(self.dialect.sql(sql), params)

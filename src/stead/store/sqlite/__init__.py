@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..migrate import SCHEMA_VERSION
-from .store import SqliteStore, open_reader
+from .store import SqliteStore
 from .tx import SqliteTx
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore", "SqliteTx", "open_reader"]
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "SqliteTx"]

@@ -588,48 +588,6 @@ class SqliteStore:
         return SqliteTx(self._conn, self.clock, self._next_sequence, False, read_only=True)
 
 
-def open_reader(path: str | os.PathLike[str]) -> SqliteTx:
-    """A read-only view of a stead database for inspection (CLI), without taking ownership.
-
-    Raises :class:`ValidationError` when there is no such file and
-    :class:`SchemaVersionError` when it is newer than this stead.
-    """
-    text = os.fspath(path)
-    if not Path(text).is_file():
-        raise ValidationError(
-            f"no stead database at {text!r}; pass the path of an existing "
-            "file (stead demo creates stead-demo.db)"
-        )
-    conn = sqlite3.connect(
-        f"{Path(text).resolve().as_uri()}?mode=ro",  # as_uri escapes '#', '%' and '?'
-        uri=True,
-        isolation_level=None,
-        check_same_thread=False,
-    )
-    try:
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("PRAGMA trusted_schema = OFF")
-        version = schema_version(conn)
-        if version == SCHEMA_VERSION:
-            verify_schema(conn, text)
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise ValidationError(f"{text!r} is not a stead database ({exc})") from exc
-    except BaseException:
-        conn.close()
-        raise
-    if version == 0:
-        conn.close()
-        raise ValidationError(f"{text!r} holds no stead journal")
-    if version > SCHEMA_VERSION:
-        conn.close()
-        raise SchemaVersionError(
-            f"{text!r} has schema version {version}, newer than this stead "
-            f"reads ({SCHEMA_VERSION}); upgrade stead"
-        )
-    return SqliteTx(conn, SystemClock(), 0, False, read_only=True)
-
-
 class _Checkpointer:
     """Copies the WAL into the database on its own connection, off the commit path."""
 
