@@ -180,10 +180,10 @@ async def test_a_side_effect_returning_unstorable_text_needs_attention_once(
 async def test_an_unexpected_exception_fails_the_run_with_its_traceback(
     db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(output: Any) -> str:
+    def broken(call: Any, result: Any) -> Any:
         raise RuntimeError("a defect in the loop")
 
-    monkeypatch.setattr(loop, "_content", broken)
+    monkeypatch.setattr(loop, "tool_result_message", broken)
     model = _counting(
         lambda request: [stead.ToolCall(name="look", id="c1")] if request.turn == 1 else "done"
     )

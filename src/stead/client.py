@@ -20,6 +20,7 @@ from typing import Any, Self, TypeVar
 from ._ids import new_id
 from ._json import NotJSONError, dumps, loads, to_json
 from .agent.checkpoint import build_checkpoint
+from .agent.history import assistant_body, conversation
 from .agent.interactions import Answer, Approve, Deny, Response
 from .errors import (
     LimitError,
@@ -33,7 +34,7 @@ from .errors import (
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
 from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
 from .journal.protocol import ClientStore, Tx
-from .journal.records import Event, Interaction, Run, RunStatus, outcome_history
+from .journal.records import Event, Interaction, Run, RunStatus
 from .messages import AssistantMessage, Usage, message_from_json
 from .models.pricing import Price, cost_usd
 from .runtime.limits import Limits, require_id, require_text
@@ -463,7 +464,7 @@ class Client:
     async def model_responses(self, run_id: str) -> dict[str, AssistantMessage]:
         """The response each completed model operation of run ``run_id`` committed (its text
         and tool calls), by operation key, in the order of the operations. A model operation's
-        result holds only a reference to its message; this reads the messages."""
+        result holds its message (older journals: a reference to a stored one)."""
         require_id("run_id", run_id)
 
         def read(tx: Tx) -> dict[str, AssistantMessage] | None:
@@ -473,9 +474,9 @@ class Client:
             for op in tx.operations(run_id):
                 if op.kind != "model" or op.status != "completed":
                     continue
-                if not isinstance(op.result, dict) or not isinstance(op.result.get("message"), str):
+                if not isinstance(op.result, dict) or "message" not in op.result:
                     continue
-                message = message_from_json(loads(tx.get_blob(op.result["message"])))
+                message = message_from_json(loads(assistant_body(tx, op.result)))
                 if isinstance(message, AssistantMessage):
                     found[op.key] = message
             return found
@@ -537,7 +538,7 @@ def _read_outcome(tx: Tx, run_id: str) -> tuple[Run, list[str]] | None:
         return None
     if run.status != RunStatus.COMPLETED or run.outcome is None:
         return run, []
-    return run, tx.history(*outcome_history(run.outcome))
+    return run, conversation(tx, run)
 
 
 def _outcome(run: Run, bodies: list[str]) -> RunOutcome:

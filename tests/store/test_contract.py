@@ -117,7 +117,8 @@ async def test_begin_claims_a_runnable_run_once(journal: Journal) -> None:
     await journal.submit("run-1", "s")
     begun = await journal.do(transitions.begin, run_id="run-1", registered=_registered)
     assert begun is not None and begun.run.status is RunStatus.RUNNING
-    assert begun.operations == [] and begun.history == []
+    assert begun.operations == [] and begun.run.history_length == 0
+    assert begun.run.history_run is None
     await journal.do(transitions.cancel, run_id="run-1", reason=None)
     assert await journal.do(transitions.begin, run_id="run-1", registered=_registered) is None
     assert await journal.do(transitions.begin, run_id="nope", registered=_registered) is None

@@ -7,19 +7,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .._json import JSON, dumps, loads
-from ..journal.keys import model_turn, tool_key
+from .._json import JSON, loads
 from ..journal.protocol import Tx
-from ..journal.records import Interaction, Operation, Run, RunStatus, outcome_history
-from ..messages import (
-    AssistantMessage,
-    Message,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-    message_from_json,
-)
+from ..journal.records import Interaction, Operation, Run, RunStatus
+from ..messages import Message, Usage, message_from_json
 from ..models.pricing import Price, cost_usd
+from .history import conversation, own_messages, session_history
 
 __all__ = ["Checkpoint", "build_checkpoint"]
 
@@ -47,17 +40,13 @@ def build_checkpoint(
     operations: Sequence[Operation],
     prices: Mapping[str, Price] | None = None,
 ) -> Checkpoint:
-    """Read the view from a transaction: the run's messages come from the history chain and
-    the blobs its model operations refer to."""
-    messages: list[Message] = []
+    """Read the view from a transaction: the run's messages are built from its operations
+    and those of the runs its session history continues."""
     if run.status == RunStatus.COMPLETED and run.outcome is not None:
-        bodies = tx.history(*outcome_history(run.outcome))
-        messages = [message_from_json(loads(body)) for body in bodies]
+        bodies = conversation(tx, run)
     else:
-        bodies = tx.history(run.history_head, run.history_length or 0)
-        messages = [message_from_json(loads(body)) for body in bodies]
-        if run.started_at is not None:
-            messages.append(UserMessage(run.input["prompt"]))
+        bodies = session_history(tx, run) + own_messages(tx, run, operations)
+    messages: list[Message] = [message_from_json(loads(body)) for body in bodies]
     tools = {op.key: op for op in operations if op.kind == "tool" and op.status == "completed"}
     turns, billed = 0, 0
     cost: float | None = 0.0
@@ -72,25 +61,6 @@ def build_checkpoint(
             str(op.input.get("model")), Usage.from_json(op.result.get("usage")), prices
         )
         cost = None if cost is None or price is None else cost + price
-        if run.status == RunStatus.COMPLETED:
-            continue
-        message = message_from_json(loads(tx.get_blob(op.result["message"])))
-        if not isinstance(message, AssistantMessage):  # pragma: no cover - a damaged journal
-            continue
-        messages.append(message)
-        turn = model_turn(op.key)
-        for call in message.tool_calls:
-            done = tools.get(tool_key(turn, call.id or ""))
-            if done is not None and isinstance(done.result, dict):
-                output = done.result["output"]
-                messages.append(
-                    ToolResultMessage(
-                        call_id=call.id or "",
-                        name=call.name,
-                        content=output if isinstance(output, str) else dumps(output),
-                        is_error=bool(done.result.get("failed")),
-                    )
-                )
     tool_results = {
         str(op.input.get("call_id")): op.result
         for op in tools.values()

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..journal.records import outcome_record
+from ..journal.records import Writes, outcome_record
 from ..models.pricing import Price
 from ..runtime.context import RunContext
 from ..runtime.definition import Completion
 from .agent import Agent
+from .history import session_history
 from .loop import run_agent_loop
 
 __all__ = ["AgentDefinition"]
@@ -23,18 +24,22 @@ class AgentDefinition:
     prices: Mapping[str, Price] | None = None
 
     async def execute(self, ctx: RunContext) -> Completion:
-        outcome = await run_agent_loop(self.agent, ctx, ctx.run.input["prompt"], prices=self.prices)
+        run = ctx.run
+        history = await ctx.read(lambda tx: session_history(tx, run))
+        outcome = await run_agent_loop(
+            self.agent, ctx, run.input["prompt"], history=history, prices=self.prices
+        )
         conversation = outcome.conversation
         return Completion(
             outcome=outcome_record(
                 output=outcome.output,
                 head=conversation.head,
                 length=len(conversation.messages),
-                history_length=len(ctx.history),
+                history_length=len(history),
                 usage=outcome.usage.to_json(),
             ),
-            writes=conversation.take_pending(),
+            writes=Writes(),
             output=outcome.output,
-            messages=conversation.messages[len(ctx.history) :],
+            messages=conversation.messages[len(history) :],
             usage=outcome.usage,
         )

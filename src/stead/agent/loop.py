@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,6 @@ from ..messages import (
     ModelRequest,
     ModelResponse,
     ToolCall,
-    ToolResultMessage,
     Usage,
     UserMessage,
     message_from_json,
@@ -53,6 +52,7 @@ from ..runtime.context import RunContext
 from ..runtime.control import Failed, NeedsAttention, RetryLater, Stop, Waiting
 from .agent import Agent
 from .conversation import Conversation
+from .history import tool_result_message
 from .interactions import ApprovalRequired
 from .policies import RetryPolicy
 from .streaming import stream_response
@@ -92,11 +92,12 @@ async def run_agent_loop(
     ctx: RunContext,
     prompt: str,
     *,
+    history: Sequence[str],
     prices: Mapping[str, Price] | None,
 ) -> AgentOutcome:
     conversation = Conversation()
-    for body in ctx.history:
-        conversation.append(message_from_json(loads(body)), stored=True, body=body)
+    for body in history:
+        conversation.append(message_from_json(loads(body)), body=body)
     conversation.append(UserMessage(prompt))
     state = _State(conversation=conversation, prices=prices)
     context_body = canonical(
@@ -123,9 +124,11 @@ async def run_agent_loop(
             tools=tool_specs,
             turn=turn,
         )
-        before = conversation.take_pending()
+        # The messages themselves are not written again: each is in the journal already (the
+        # prompt in the run, responses and tool results in their operations' results).
+        before = None
         if not context_written:
-            before = dataclasses.replace(before, blobs=(context_body, *before.blobs))
+            before = Writes(blobs=(context_body,))
             context_written = True
         fresh: list[AssistantMessage] = []
         bodies: list[str] = []
@@ -145,14 +148,15 @@ async def run_agent_loop(
             started=functools.partial(_model_started, key, turn),
             completed=functools.partial(_model_event, key, turn, name, prices, fresh),
             before=before,
-            after=functools.partial(_model_writes, state, bodies),
+            after=functools.partial(_model_writes, state),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
         )
         if fresh:
             assistant = fresh[-1]
             body = bodies[-1]
-        else:  # replayed: the message is stored once, as a blob the result refers to
-            body = await ctx.load_blob(result["message"])
+        else:  # replayed: the message is in the result (or, written by older versions, a blob)
+            message = result["message"]
+            body = canonical(message) if isinstance(message, dict) else await ctx.load_blob(message)
             stored = message_from_json(loads(body))
             if not isinstance(stored, AssistantMessage):  # pragma: no cover - damaged journal
                 raise NeedsAttention(
@@ -172,14 +176,7 @@ async def run_agent_loop(
             if isinstance(outcome, BaseException):
                 stops.append(outcome)
                 continue
-            conversation.append(
-                ToolResultMessage(
-                    call_id=call.id or "",
-                    name=call.name,
-                    content=_content(outcome["output"]),
-                    is_error=bool(outcome["failed"]),
-                )
-            )
+            conversation.append(tool_result_message(call, outcome))
         if stops:
             raise _first_stop(stops)
 
@@ -289,11 +286,12 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
     message = AssistantMessage(
         text=text, tool_calls=_normalize_calls(tuple(response.tool_calls), turn)
     )
-    # Everything in it was checked: the message itself is stored once, as a blob shared with
-    # the history chain.
-    body = canonical(message_to_json(message))
+    # Everything in it was checked: the message is kept once, in the operation's result; the
+    # conversation is rebuilt from the results (agent/history.py).
+    message_json = message_to_json(message)
+    body = canonical(message_json)
     result = {
-        "message": digest_text(body),
+        "message": message_json,
         "usage": usage.to_json(),
         "model": response.model,
         "finish_reason": response.finish_reason,
@@ -331,10 +329,9 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
     )
 
 
-def _model_writes(state: _State, bodies: list[str], result: JSON) -> Writes:
-    """With a model's result: its message (stored once) and the run's new usage total."""
-    total = (state.usage + committed_usage(result)).to_json()
-    return Writes(blobs=(bodies[-1],), usage=total)
+def _model_writes(state: _State, result: JSON) -> Writes:
+    """With a model's result: the run's new usage total."""
+    return Writes(usage=(state.usage + committed_usage(result)).to_json())
 
 
 def _model_started(key: str, turn: int, attempt: int) -> ModelStarted:
@@ -427,10 +424,6 @@ def _normalize_calls(calls: tuple[ToolCall, ...], turn: int) -> tuple[ToolCall, 
             call if same else ToolCall(name=call.name, arguments=arguments, id=call_id)
         )
     return tuple(normalized)
-
-
-def _content(output: JSON) -> str:
-    return output if isinstance(output, str) else dumps(output)
 
 
 #: Characters of a tool's traceback kept in its failed result.
@@ -634,6 +627,9 @@ async def _journal_tool(
         recovery,
         {"tool": call.name, "call_id": call_id, "arguments": arguments},
         execute,
+        # The arguments are in the model's message already: the journal keeps them there once
+        # (the input hash still covers them).
+        stored={"tool": call.name, "call_id": call_id},
         started=lambda attempt: ToolStarted(
             key=key,
             tool=call.name,

@@ -105,6 +105,10 @@ class Run:
     finished_at: datetime | None
     next_attempt_at: datetime | None = None
     error_kind: str | None = None
+    #: The completed run whose conversation is this run's session history (``None``: no
+    #: history, or a run started before histories were kept by run, whose ``history_head``
+    #: names a chain of stored messages).
+    history_run: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

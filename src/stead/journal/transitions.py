@@ -221,6 +221,7 @@ def fork(tx: Tx, command: Fork, version_of: VersionOf | None) -> tuple[str, bool
         command.new_run_id,
         history_head=source.history_head,
         history_length=source.history_length or 0,
+        history_run=source.history_run,
     )
     copied = tx.copy_operations(command.run_id, command.new_run_id, op.position)
     tx.append_event(
@@ -425,12 +426,11 @@ def _submit(tx: Tx, command: Submit, version_of: VersionOf | None, max_pending: 
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    """What an execution starts from: the run, its journal, its session history."""
+    """What an execution starts from: the run and its journal."""
 
     run: Run
     operations: list[Operation]
     interactions: list[Interaction]
-    history: list[str]
 
 
 def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | None:
@@ -457,16 +457,17 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
             kind="needs_attention",
         )
         return None
-    head, length = current.history_head, current.history_length
     fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
     if current.started_at is None:
         fields["started_at"] = tx.now()
-    if length is None:  # a session's history is taken when the run first starts
+    if current.history_length is None:  # a session's history is taken when the run first starts
         previous = tx.latest_completed(current.session_id, current.number)
-        head, length = (None, 0)
+        head, length, source = None, 0, None
         if previous is not None and previous.outcome is not None:
             head, length = outcome_history(previous.outcome)
+            source = previous.id if length else None
         fields["history_head"], fields["history_length"] = head, length
+        fields["history_run"] = source
     tx.update_run(run_id, **fields)
     tx.append_event(
         run_id,
@@ -479,7 +480,6 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
         run=run,
         operations=tx.operations(run_id),
         interactions=tx.run_interactions(run_id),
-        history=tx.history(head, length or 0),
     )
 
 

@@ -17,18 +17,20 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from .._json import JSON, canonical, digest, digest_text, dumps
 from ..journal import transitions
 from ..journal.events import Payload
 from ..journal.keys import interaction_id, operation_id
-from ..journal.protocol import Durability, Store
+from ..journal.protocol import Durability, Store, Tx
 from ..journal.records import Interaction, Operation, Recovery, Run, Writes
 from . import boundaries
 from .control import Failed, NeedsAttention
 
 __all__ = ["RunContext"]
+
+T = TypeVar("T")
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -46,15 +48,12 @@ class RunContext:
         run: Run,
         operations: list[Operation],
         interactions: list[Interaction],
-        history: list[str],
         *,
         max_payload_bytes: int,
         max_operations: int | None = None,
     ) -> None:
         self._store = store
         self.run = run
-        #: The session history this run started with (message bodies, oldest first).
-        self.history = history
         self.operations = {op.key: op for op in operations}
         self.interactions = {i.key: i for i in interactions}
         self.max_payload_bytes = max_payload_bytes
@@ -86,6 +85,10 @@ class RunContext:
         self._write(
             functools.partial(transitions.emit, run_id=self.run.id, payload=payload), "lazy"
         )
+
+    def read(self, fn: Callable[[Tx], T]) -> Awaitable[T]:
+        """Read the journal (after every write queued before)."""
+        return self._store.read(fn)
 
     async def load_blob(self, digest_: str) -> str:
         """The body of a stored blob (a replayed model message, say)."""
@@ -137,6 +140,7 @@ class RunContext:
         after: Callable[[JSON], Writes] | None = None,
         describe: str = "",
         max_attempts: int = 3,
+        stored: JSON | None = None,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -145,7 +149,9 @@ class RunContext:
         (such as the messages the input refers to); ``after(result)``, called when the result
         is new, is written with the result (such as the run's usage). ``max_attempts`` bounds
         how often an interrupted operation is started again: an operation that keeps killing
-        the process is not sent once more.
+        the process is not sent once more. ``stored`` is what the journal keeps of the input
+        when part of it is journaled elsewhere already (default: all of it); the input hash
+        that replay compares always covers the whole input.
         """
         run_id = self.run.id
         # One encoding serves the hash, the size check and storage. The hash is the digest of
@@ -192,6 +198,8 @@ class RunContext:
                     operation=key,
                 )
             self._check_size(key, "input", input_text)
+            if stored is not None:
+                input, input_text = stored, canonical(stored)
             intent = self._write(
                 functools.partial(
                     transitions.start_operation,

@@ -77,7 +77,6 @@ class Executor:
             begun.run,
             begun.operations,
             begun.interactions,
-            begun.history,
             max_payload_bytes=self._limits.max_payload_bytes,
             max_operations=self._limits.max_operations_per_run,
         )

@@ -62,7 +62,7 @@ POSTGRES = Dialect(
 RUN_COLUMNS = (
     "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
     "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
-    "started_at, finished_at, next_attempt_at, error_kind"
+    "started_at, finished_at, next_attempt_at, error_kind, history_run"
 )
 OP_COLUMNS = (
     "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
@@ -74,6 +74,7 @@ UPDATABLE_RUN_FIELDS = frozenset(
         "status",
         "history_head",
         "history_length",
+        "history_run",
         "outcome",
         "error",
         "attention_key",
@@ -118,6 +119,7 @@ def run_of(row: Sequence[Any]) -> Run:
         finished_at=time_of(row[18]),
         next_attempt_at=time_of(row[19]),
         error_kind=row[20],
+        history_run=row[21],
     )
 
 
