@@ -16,6 +16,8 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 JSON = Any  # a value made of dict/list/str/int/float/bool/None
 
+#: Compact, key order kept, built once (``json.dumps`` with options builds one per call).
+_storage_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _encoder = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
 )
@@ -133,7 +135,7 @@ def _check(value: JSON, depth: int = 0) -> None:
 
 def dumps(value: JSON) -> str:
     """Compact JSON for storage (key order kept; use :func:`canonical` to hash)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _storage_encoder.encode(value)
 
 
 def loads(text: str) -> JSON:

@@ -168,9 +168,7 @@ async def run_agent_loop(
         conversation.append(assistant, body=body)
         if not calls:
             return AgentOutcome(output=assistant.text, usage=state.usage, conversation=conversation)
-        outcomes = await asyncio.gather(
-            *(_call_tool(agent, ctx, turn, call) for call in calls), return_exceptions=True
-        )
+        outcomes = await _call_tools(agent, ctx, turn, calls)
         stops: list[BaseException] = []
         for call, outcome in zip(calls, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -188,6 +186,21 @@ class _State:
     conversation: Conversation
     prices: Mapping[str, Price] | None
     usage: Usage = dataclasses.field(default_factory=Usage)
+
+
+async def _call_tools(
+    agent: Agent, ctx: RunContext, turn: int, calls: Sequence[ToolCall]
+) -> list[JSON | BaseException]:
+    """The results of one turn's tool calls, run concurrently; a call that stopped the run
+    gives its stop. A single call runs in this task (no task to create and gather)."""
+    if len(calls) == 1:
+        try:
+            return [await _call_tool(agent, ctx, turn, calls[0])]
+        except (Exception, Stop) as exc:
+            return [exc]
+    return await asyncio.gather(
+        *(_call_tool(agent, ctx, turn, call) for call in calls), return_exceptions=True
+    )
 
 
 def _first_stop(stops: list[BaseException]) -> BaseException:

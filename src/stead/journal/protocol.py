@@ -86,6 +86,7 @@ class Tx(Protocol):
         input_hash: str,
         input: JSON,
         input_text: str | None = None,
+        result_text: str | None = None,
     ) -> None: ...
     def restart_operation(self, run_id: str, key: str, attempts: int) -> None: ...
     def complete_operation(
@@ -151,6 +152,12 @@ class Store(Protocol):
         ...
 
     def read(self, fn: Callable[[Any], T]) -> Awaitable[T]: ...
+
+    def amend(self, queued: Awaitable[Any], fn: Callable[[Any], Any]) -> bool:
+        """Replace the function of a ``lazy`` transaction that is still queued (``queued`` is
+        what :meth:`transact` returned) by ``fn``, which does its work and more in one go;
+        False once it was committed or has started (the caller then writes the rest itself)."""
+        ...
 
 
 class OwnedStore(Store, Protocol):

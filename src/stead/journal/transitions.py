@@ -55,6 +55,7 @@ __all__ = [
     "finish_operation",
     "fork",
     "park",
+    "record_operation",
     "request_interaction",
     "resolve",
     "respond",
@@ -609,6 +610,42 @@ def finish_operation(
             "written; the journal was changed under this runtime"
         )
     _write(tx, writes, run_id)
+    tx.append_event(run_id, completed)
+
+
+def record_operation(
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    position: int,
+    kind: str,
+    recovery: Recovery,
+    input_hash: str,
+    input: JSON,
+    started: Payload,
+    writes: Writes | None,
+    input_text: str,
+    completed: Payload,
+    result_text: str,
+    after: Writes | None,
+) -> None:
+    """:func:`start_operation` and :func:`finish_operation` in one: a ``safe`` operation that
+    finished before its intent was written is inserted with its result (one row, one write)."""
+    _write(tx, writes, run_id)
+    tx.start_operation(
+        run_id=run_id,
+        key=key,
+        position=position,
+        kind=kind,
+        recovery=recovery,
+        input_hash=input_hash,
+        input=input,
+        input_text=input_text,
+        result_text=result_text,
+    )
+    tx.append_event(run_id, started)
+    _write(tx, after, run_id)
     tx.append_event(run_id, completed)
 
 

@@ -175,6 +175,7 @@ class RunContext:
         durability: Durability = (
             "barrier" if recovery != "safe" else "commit" if wait_for_intent else "lazy"
         )
+        fresh: functools.partial[None] | None = None  # the intent of a new operation
         if op is not None:
             attempt = op.attempts + 1
             intent = self._write(
@@ -200,22 +201,20 @@ class RunContext:
             self._check_size(key, "input", input_text)
             if stored is not None:
                 input, input_text = stored, canonical(stored)
-            intent = self._write(
-                functools.partial(
-                    transitions.start_operation,
-                    run_id=run_id,
-                    key=key,
-                    position=self._position,
-                    kind=kind,
-                    recovery=recovery,
-                    input_hash=input_hash,
-                    input=input,
-                    started=started(attempt),
-                    writes=before,
-                    input_text=input_text,
-                ),
-                durability,
+            fresh = functools.partial(
+                transitions.start_operation,
+                run_id=run_id,
+                key=key,
+                position=self._position,
+                kind=kind,
+                recovery=recovery,
+                input_hash=input_hash,
+                input=input,
+                started=started(attempt),
+                writes=before,
+                input_text=input_text,
             )
+            intent = self._write(fresh, durability)
             self._position += 1
             self._created += 1
         # Intent before: work that may have an effect starts only once its attempt is committed
@@ -234,14 +233,28 @@ class RunContext:
             boundaries.hook("effect_done", key)
         result_text = dumps(result)
         self._check_size(key, "result", result_text)
+        finished, later = completed(result), after(result) if after is not None else None
+        # A safe operation that finished while its intent still waited in the queue is
+        # written as one row holding both, in the same place in the commit order.
+        if fresh is not None and durability == "lazy" and boundaries.hook is None:
+            combined = functools.partial(
+                transitions.record_operation,
+                **fresh.keywords,
+                completed=finished,
+                result_text=result_text,
+                after=later,
+            )
+            if self._store.amend(intent, combined):
+                del self.in_flight[key]
+                return result
         written = self._write(
             functools.partial(
                 transitions.finish_operation,
                 run_id=run_id,
                 key=key,
                 result=result,
-                completed=completed(result),
-                writes=after(result) if after is not None else None,
+                completed=finished,
+                writes=later,
                 result_text=result_text,
             ),
             "barrier" if recovery != "safe" else "lazy",

@@ -11,21 +11,34 @@ from ._base import SqlBase
 
 
 class EventRows(SqlBase):
+    """Events are appended to the transaction's list and written together, in one
+    ``executemany``, before it commits (or before anything in it reads events back)."""
+
+    #: Encoded rows of ``events`` not inserted yet.
+    unwritten: list[tuple[int, str, str, str, str]]
+
     def append_event(self, run_id: str, payload: Payload) -> Event:
         now = self.now()
         kind, data = payload.event_kind, payload.data()
         sequence = self.next_sequence
-        self.execute(
-            "INSERT INTO stead_events (sequence, run_id, kind, data, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (sequence, run_id, kind, dumps(data), self.stamp()),
-        )
+        self.unwritten.append((sequence, run_id, kind, dumps(data), self.stamp()))
         self.next_sequence = sequence + 1
         event = Event(sequence=sequence, run_id=run_id, kind=kind, data=data, created_at=now)
         self.events.append(event)
         return event
 
+    def write_events(self) -> None:
+        """Insert the events appended since the last call."""
+        if self.unwritten:
+            rows, self.unwritten = self.unwritten, []
+            self.executemany(
+                "INSERT INTO stead_events (sequence, run_id, kind, data, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+
     def events_after(self, run_id: str | None, after: int, limit: int) -> list[Event]:
+        self.write_events()
         if run_id is None:
             rows = self.execute(
                 "SELECT sequence, run_id, kind, data, created_at FROM stead_events "
@@ -50,6 +63,7 @@ class EventRows(SqlBase):
         ]
 
     def last_sequence(self, run_id: str) -> int:
+        self.write_events()
         row = self.execute(
             "SELECT MAX(sequence) FROM stead_events WHERE run_id = ?", (run_id,)
         ).fetchone()

@@ -33,14 +33,29 @@ class OperationRows(SqlBase):
         input_hash: str,
         input: JSON,
         input_text: str | None = None,
+        result_text: str | None = None,
     ) -> None:
+        """Insert an operation's intent; with ``result_text``, its result too (an operation
+        whose intent had not been written yet when it finished)."""
         now = self.stamp()
         text = input_text if input_text is not None else dumps(input)
         self.execute(
             "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
-            "input_hash, input, attempts, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, 'started', ?, ?, ?, 1, ?, ?)",
-            (run_id, key, position, kind, recovery, input_hash, text, now, now),
+            "input_hash, input, result, attempts, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (
+                run_id,
+                key,
+                position,
+                kind,
+                "started" if result_text is None else "completed",
+                recovery,
+                input_hash,
+                text,
+                result_text,
+                now,
+                now,
+            ),
         )
 
     def restart_operation(self, run_id: str, key: str, attempts: int) -> None:

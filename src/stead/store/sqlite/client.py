@@ -201,7 +201,9 @@ class ClientSide:
                 conn = self._writable()
                 conn.execute("BEGIN IMMEDIATE")
                 sequence = self._next_sequence(conn) if lock is not None else 0
-                value = fn(SqliteTx(conn, self._store.clock, sequence, False))
+                tx = SqliteTx(conn, self._store.clock, sequence, False)
+                value = fn(tx)
+                tx.write_events()
                 conn.execute("COMMIT")
                 return value
             except sqlite3.Error as exc:

@@ -29,10 +29,10 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..._clock import Clock, SystemClock
 from ..._ids import boot_id, new_token
@@ -405,6 +405,12 @@ class SqliteStore:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
         return self._writer.submit(fn, read_only=True)
 
+    def amend(self, queued: Awaitable[Any], fn: Callable[[SqliteTx], Any]) -> bool:
+        """See :meth:`stead.journal.protocol.Store.amend`."""
+        if self._writer is None or not isinstance(queued, asyncio.Future):
+            return False
+        return self._writer.amend(queued, fn)
+
     def changed_elsewhere(self) -> bool:
         """Whether another process committed to the file since the last call (a command
         posted to the inbox, say): ``PRAGMA data_version``, which costs no disk access. Called
@@ -570,6 +576,7 @@ class SqliteStore:
         """Commit; returns the events written and whether this commit must reach the disk."""
         conn = self._conn
         assert conn is not None
+        tx.write_events()
         conn.execute("COMMIT")
         self._next_sequence = tx.next_sequence
         if self._reserving is not None:

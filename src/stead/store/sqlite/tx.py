@@ -33,6 +33,7 @@ class SqliteTx(SqlTx):
         self.durable = durable
         self.read_only = read_only
         self.events: list[Event] = []
+        self.unwritten = []
         self._mark: tuple[int, int] = (next_sequence, 0)
         self._now: datetime | None = None
         self._stamp = ""
@@ -54,16 +55,19 @@ class SqliteTx(SqlTx):
         return self._stamp
 
     def savepoint(self) -> None:
+        self.write_events()
         self.conn.execute("SAVEPOINT job")
         self._mark = (self.next_sequence, len(self.events))
         self._now = None
 
     def rollback_savepoint(self) -> None:
         self.conn.execute("ROLLBACK TO job")
+        self.unwritten = []  # written at the savepoint; what came after is undone
         self.next_sequence, count = self._mark
         del self.events[count:]
 
     def release_savepoint(self) -> None:
+        self.write_events()
         self.conn.execute("RELEASE job")
 
     def insert_id(self, sql: str, params: Sequence[Any]) -> int:

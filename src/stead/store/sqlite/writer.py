@@ -145,6 +145,15 @@ class Writer:
             self._timer = self._loop.call_later(self.lazy_delay, self._flush)
         return future
 
+    def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
+        """Give a job still waiting in the queue another function; False if it is not there
+        (committed, or being committed)."""
+        for job in reversed(self._pending):
+            if job.future is future:
+                job.fn = fn
+                return True
+        return False
+
     async def aclose(self) -> None:
         """Commit what is queued, wait for every flush and delivery, stop the sync thread."""
         if self._pending:
