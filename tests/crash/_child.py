@@ -164,9 +164,12 @@ def build_app(
             values = [json.loads(content)["value"] for content in tool_results(request)]
             return f"calls={len(values)} total={sum(values)} last={values[-1]}"
 
+        # Kills land at random, so the same call may be interrupted several launches in a
+        # row: the attempt limits are set above what the harness can reach (it relaunches a
+        # run at most 40 times), so running out of attempts is never the crash's policy here.
         tools = [
-            stead.tool(recovery="idempotent")(charge),
-            stead.tool(recovery="safe")(fetch),
+            stead.tool(recovery="idempotent", max_attempts=50)(charge),
+            stead.tool(recovery="safe", max_attempts=50)(fetch),
         ]
         agent = stead.Agent(
             id=AGENT_ID,
@@ -174,6 +177,7 @@ def build_app(
             model=FunctionModel(answer),
             tools=tools,
             max_turns=MULTI_TURNS + 2,
+            model_retry=stead.RetryPolicy(max_attempts=50),
         )
         return stead.App(agents=[agent])
 
