@@ -65,6 +65,7 @@ class Tool:
         recovery: Recovery = "manual",
         approval: bool | Callable[[dict[str, Any]], bool] = False,
         max_attempts: int = 3,
+        blocking: bool = True,
     ) -> None:
         if not callable(fn):
             raise ValidationError(f"a tool must wrap a function, got {shown(fn)}")
@@ -94,6 +95,11 @@ class Tool:
                 f"validated arguments, not {approval!r}"
             )
         self.approval = approval
+        if not isinstance(blocking, bool):
+            raise ValidationError(
+                f"tool {tool_name!r}: blocking must be True or False, not {shown(blocking)}"
+            )
+        self.blocking = blocking
         self.is_question = False
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._arguments = _arguments_model(fn, tool_name)
@@ -120,12 +126,15 @@ class Tool:
         return {field: getattr(model, field) for field in type(model).model_fields}
 
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        """Run the tool: async functions on the loop, sync ones in a worker thread."""
+        """Run the tool: async functions on the loop, sync ones in a worker thread (or on the
+        loop, when declared ``blocking=False``)."""
         kwargs = dict(arguments)
         if self._context_param is not None:
             kwargs[self._context_param] = context
         if self.is_async:
             return await self.fn(**kwargs)
+        if not self.blocking:
+            return self.fn(**kwargs)
         return await asyncio.to_thread(self.fn, **kwargs)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -179,6 +188,7 @@ def tool(
     recovery: Recovery = "manual",
     approval: bool | Callable[[dict[str, Any]], bool] = False,
     max_attempts: int = 3,
+    blocking: bool = True,
 ) -> Callable[[Callable[P, R]], Tool]: ...
 
 
@@ -191,6 +201,7 @@ def tool(
     recovery: Recovery = "manual",
     approval: bool | Callable[[dict[str, Any]], bool] = False,
     max_attempts: int = 3,
+    blocking: bool = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Register a function as a tool.
 
@@ -206,6 +217,11 @@ def tool(
     ``max_attempts`` bounds how often a ``safe`` or ``idempotent`` call that was interrupted
     (the process died while it ran) is started again: once it was started that many times
     without finishing, the run goes to ``needs_attention`` instead of crashing once more.
+
+    A synchronous function runs in a worker thread, so a tool that waits on the network never
+    stalls other runs; handing it over costs tens of microseconds. ``blocking=False`` declares
+    that it never waits (pure computation, an in-memory lookup): it then runs on the event loop
+    itself, without the hand-off. Async functions always run on the loop.
     """
 
     def wrap(function: Callable[..., Any]) -> Tool:
@@ -216,6 +232,7 @@ def tool(
             recovery=recovery,
             approval=approval,
             max_attempts=max_attempts,
+            blocking=blocking,
         )
 
     if fn is not None:
