@@ -29,6 +29,7 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python benchmarks/summary.py
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/idle_cpu.py

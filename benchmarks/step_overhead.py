@@ -8,7 +8,8 @@ Rows:
 * Python floor: the same journal work written by hand with no engine — one journal row per step,
   ``json.dumps``, ``sqlite3`` in WAL with ``synchronous=NORMAL``, the WAL fdatasync'd only at
   the barriers (submission, run end, and around each ``manual`` tool).
-* safe steps: one sequential run whose model calls and tools are ``safe``.
+* safe steps: one sequential run whose model calls and tools are ``safe`` (the tool is a plain
+  synchronous function, run in a worker thread, as most tools are written).
 * manual tools: one sequential run whose tools are ``manual`` (intent and result on disk).
 Each stead row is run with ``fsync="barriers"`` (the default) and ``fsync="always"``, and printed
 as a ratio to the bare commit. Last, durable steps per second with 100 concurrent runs.
@@ -92,9 +93,20 @@ def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
     return elapsed / (2 * tool_calls + 1) * 1000
 
 
-def make_app(tool_calls: int, recovery: str) -> stead.App:
-    @stead.tool(name="lookup", recovery=recovery)  # type: ignore[call-overload]
-    async def lookup(i: int) -> dict[str, int]:
+def python_floor_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:
+    """ms per step of short runs written by hand, each on a fresh database (median)."""
+    samples = []
+    for _ in range(runs):
+        run_folder = Path(tempfile.mkdtemp(dir=folder))
+        samples.append(python_floor_ms(run_folder, tool_calls, "safe"))
+    return statistics.median(samples)
+
+
+def make_app(tool_calls: int, recovery: str, *, blocking: bool = True) -> stead.App:
+    # A plain synchronous function, as most tools are written: it runs in a worker thread
+    # unless declared blocking=False.
+    @stead.tool(name="lookup", recovery=recovery, blocking=blocking)  # type: ignore[call-overload]
+    def lookup(i: int) -> dict[str, int]:
         """Look something up."""
         return {"i": i}
 
@@ -113,9 +125,11 @@ def make_app(tool_calls: int, recovery: str) -> stead.App:
     return stead.App(agents=[agent])
 
 
-async def sequential_ms(folder: Path, tool_calls: int, recovery: str, fsync: str) -> float:
+async def sequential_ms(
+    folder: Path, tool_calls: int, recovery: str, fsync: str, *, blocking: bool = True
+) -> float:
     """ms per durable step of one run of ``tool_calls`` tool calls (2 * tool_calls + 1 steps)."""
-    app = make_app(tool_calls, recovery)
+    app = make_app(tool_calls, recovery, blocking=blocking)
     path = folder / f"seq-{recovery}-{fsync}-{time.perf_counter_ns()}.db"
     store = stead.SqliteStore(path, fsync=fsync)  # type: ignore[arg-type]
     async with await app.open(store) as runtime:
@@ -125,6 +139,24 @@ async def sequential_ms(folder: Path, tool_calls: int, recovery: str, fsync: str
         elapsed = time.perf_counter() - start
     assert outcome.output == "done"
     return elapsed / (2 * tool_calls + 1) * 1000
+
+
+async def short_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:
+    """ms per durable step of runs of ``tool_calls`` tool calls, each on a fresh database
+    opened before the clock starts (median)."""
+    app = make_app(tool_calls, "safe")
+    samples = []
+    for n in range(runs + 2):
+        path = Path(tempfile.mkdtemp(dir=folder)) / "short.db"
+        async with await app.open(stead.SqliteStore(path)) as runtime:
+            start = time.perf_counter()
+            run = await runtime.submit("bench", session_id=f"s{n}", request_id="r", prompt="go")
+            outcome = await run.result()
+            elapsed = time.perf_counter() - start
+        assert outcome.output == "done"
+        if n >= 2:  # two warm-up runs
+            samples.append(elapsed / (2 * tool_calls + 1) * 1000)
+    return statistics.median(samples)
 
 
 async def concurrent_steps_per_second(folder: Path, runs: int, tool_calls: int) -> float:

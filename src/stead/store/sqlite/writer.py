@@ -108,6 +108,8 @@ class Writer:
         self._syncing = False
         self._deliveries: collections.deque[_Committed] = collections.deque()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        if sync is not None:  # start the flush thread now, not at the first barrier
+            self._executor.submit(lambda: None).result()
         self._idle = asyncio.Event()
         self._idle.set()
         self._busy_since: float | None = None
