@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .._clock import iso
 from .._json import JSON, digest, storable_text
@@ -567,9 +568,11 @@ def start_operation(
     started: Payload,
     writes: Writes | None,
     input_text: str | None = None,
+    result_text: str | None = None,
 ) -> None:
     """The intent of a new operation (and the rows its input refers to); ``input_text`` is the
-    input's JSON when the caller encoded it already."""
+    input's JSON when the caller encoded it already; with ``result_text`` the row is written
+    completed (see :func:`record_operation`)."""
     _write(tx, writes, run_id)
     tx.start_operation(
         run_id=run_id,
@@ -580,6 +583,7 @@ def start_operation(
         input_hash=input_hash,
         input=input,
         input_text=input_text,
+        result_text=result_text,
     )
     tx.append_event(run_id, started)
 
@@ -616,37 +620,17 @@ def finish_operation(
 def record_operation(
     tx: Tx,
     *,
-    run_id: str,
-    key: str,
-    position: int,
-    kind: str,
-    recovery: Recovery,
-    input_hash: str,
-    input: JSON,
-    started: Payload,
-    writes: Writes | None,
-    input_text: str,
     completed: Payload,
     result_text: str,
     after: Writes | None,
+    **intent: Any,
 ) -> None:
-    """:func:`start_operation` and :func:`finish_operation` in one: a ``safe`` operation that
-    finished before its intent was written is inserted with its result (one row, one write)."""
-    _write(tx, writes, run_id)
-    tx.start_operation(
-        run_id=run_id,
-        key=key,
-        position=position,
-        kind=kind,
-        recovery=recovery,
-        input_hash=input_hash,
-        input=input,
-        input_text=input_text,
-        result_text=result_text,
-    )
-    tx.append_event(run_id, started)
-    _write(tx, after, run_id)
-    tx.append_event(run_id, completed)
+    """:func:`start_operation` (given ``intent``, its arguments) and :func:`finish_operation`
+    in one: a ``safe`` operation that finished before its intent was written is inserted with
+    its result (one row, one write)."""
+    start_operation(tx, result_text=result_text, **intent)
+    _write(tx, after, intent["run_id"])
+    tx.append_event(intent["run_id"], completed)
 
 
 def request_interaction(
