@@ -120,7 +120,9 @@ def assert_clean_failure(code: int, err: str, what: object) -> None:
 # -- the journal, read behind stead's back -------------------------------------------------------
 
 
-def journal(db: str | Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def journal(
+    db: str | Path, sql: str, args: tuple[Any, ...] | dict[str, Any] = ()
+) -> list[tuple[Any, ...]]:
     uri = f"{Path(db).resolve().as_uri()}?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
         return conn.execute(sql, args).fetchall()
@@ -131,11 +133,24 @@ def inbox(db: str | Path) -> list[tuple[int, dict[str, Any], str, Any]]:
     return [(i, json.loads(c), s, json.loads(a) if a else None) for i, c, s, a in rows]
 
 
+#: (sequence, kind) of every event of a run, in SQL: the event rows, and the events of the first
+#: start and the result of an operation, which its row announces (``started_seq``,
+#: ``completed_seq``).
+EVERY_EVENT = (
+    "SELECT sequence, kind FROM stead_events WHERE run_id = :run "
+    "UNION ALL SELECT started_seq, kind || '_started' FROM stead_operations "
+    "WHERE run_id = :run AND started_seq IS NOT NULL "
+    "UNION ALL SELECT completed_seq, kind || '_completed' FROM stead_operations "
+    "WHERE run_id = :run AND completed_seq IS NOT NULL ORDER BY 1"
+)
+
+
+def every_event(db: str | Path, run_id: str) -> list[tuple[int, str]]:
+    return [(s, k) for s, k in journal(db, EVERY_EVENT, {"run": run_id})]
+
+
 def kinds(db: str | Path, run_id: str) -> list[str]:
-    rows = journal(
-        db, "SELECT kind FROM stead_events WHERE run_id = ? ORDER BY sequence", (run_id,)
-    )
-    return [kind for (kind,) in rows]
+    return [kind for _, kind in every_event(db, run_id)]
 
 
 def statuses(db: str | Path, run_id: str) -> list[str]:
@@ -641,9 +656,7 @@ async def test_followers_see_every_event_of_a_busy_stream_once_in_order(
             assert resumed is not None
             later = await resumed
         code, out, err = await asyncio.to_thread(finished, cli)
-    truth = journal(
-        db, "SELECT sequence, kind FROM stead_events WHERE run_id = ? ORDER BY sequence", (run.id,)
-    )
+    truth = every_event(db, run.id)
     assert [(e.sequence, e.kind) for e in seen] == truth
     assert seen[-1].kind == "status" and seen[-1].data["status"] == "completed"
     assert [(e.sequence, e.kind) for e in later] == truth[60:]
@@ -675,8 +688,7 @@ async def test_events_of_a_retried_run_go_on_past_its_old_failure(db: str) -> No
     async with stead.Client(stead.SqliteStore(db)) as client:
         events = await _collect(client.events(run.id))
     assert [e.data["status"] for e in events if e.kind == "status"][-1] == "completed"
-    every = "SELECT sequence FROM stead_events WHERE run_id = ? ORDER BY sequence"
-    assert [e.sequence for e in events] == [s for (s,) in journal(db, every, (run.id,))]
+    assert [e.sequence for e in events] == [s for s, _ in every_event(db, run.id)]
 
 
 # -- waits that never end -----------------------------------------------------------------------

@@ -29,12 +29,17 @@ def faulty_store(path: str, *, method: str, key: str) -> stead.SqliteStore:
             super().start_operation(**kwargs)
 
         def complete_operation(
-            self, run_id: str, op_key: str, result: JSON, result_text: str | None = None
+            self,
+            run_id: str,
+            op_key: str,
+            result: JSON,
+            result_text: str | None = None,
+            completed_seq: int | None = None,
         ) -> bool:
             if method == "complete_operation" and op_key == key and not fired["done"]:
                 fired["done"] = True
                 raise sqlite3.OperationalError("database or disk is full")
-            return super().complete_operation(run_id, op_key, result, result_text)
+            return super().complete_operation(run_id, op_key, result, result_text, completed_seq)
 
     store = stead.SqliteStore(path)
     store.tx_class = FullDisk

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import stead
 
+from ._journal import journal_events
 from .fixtures import journal_v1_app
 from .fixtures.journal_v1_app import build_app
 
@@ -48,9 +49,7 @@ async def test_a_version_1_journal_resumes(tmp_path: Path) -> None:
             prompt="Please refund order 17.",
         )
         assert again.id == done.id
-    conn = sqlite3.connect(db)
-    sequences = [r[0] for r in conn.execute("SELECT sequence FROM stead_events ORDER BY 1")]
-    conn.close()
+    sequences = [e.sequence for e in journal_events(db)]
     assert sequences == list(range(1, len(sequences) + 1))
 
 
@@ -85,8 +84,8 @@ async def test_a_version_3_journal_resumes_and_applies_its_posted_command(tmp_pa
         assert (await wired.result(timeout=10)).output == "Wired 500."
         assert sorted(journal_v3_app.LEDGER) == sorted([f"{crashed.id}/tool:2:pay", "close c9"])
         assert (await done.result()).output == "Refunded 49.00 for order 17."
+    sequences = [e.sequence for e in journal_events(db)]
     conn = sqlite3.connect(db)
-    sequences = [r[0] for r in conn.execute("SELECT sequence FROM stead_events ORDER BY 1")]
     inbox = conn.execute("SELECT status FROM stead_inbox").fetchall()
     conn.close()
     assert sequences == list(range(1, len(sequences) + 1))

@@ -15,6 +15,8 @@ import stead
 from stead.store.sqlite import SCHEMA_VERSION
 from stead.testing import ScriptedModel
 
+from ._journal import journal_events
+
 
 def _app(turns: list[object] | None = None) -> stead.App:
     model = ScriptedModel(turns or ["ok"])  # type: ignore[arg-type]
@@ -161,7 +163,7 @@ async def test_concurrent_runs_share_commits(db: str, fsync: str) -> None:
             )
         )
         await asyncio.gather(*(r.result() for r in runs))
-    events = sqlite3.connect(db).execute("SELECT COUNT(*) FROM stead_events").fetchone()[0]
+    events = len(journal_events(db))
     assert events == 50 * 5
     assert commits < events / 2
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._journal import journal_events
+
 CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT = 60.0
 
@@ -175,10 +177,7 @@ def op_by_key(db: Path, run_id: str, key: str) -> OpRow:
 
 
 def event_types(db: Path, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    rows = query(
-        db, "SELECT kind, data FROM stead_events WHERE run_id = ? ORDER BY sequence", run_id
-    )
-    return [(r[0], json.loads(r[1])) for r in rows]
+    return [(e.kind, dict(e.data)) for e in journal_events(db, run_id)]
 
 
 def run_row(db: Path, run_id: str) -> dict[str, Any]:
@@ -198,7 +197,7 @@ def check_store(db: Path) -> None:
     with connect(db) as conn:
         integrity = conn.execute("PRAGMA integrity_check").fetchall()
         assert integrity == [("ok",)], integrity
-        sequences = [r[0] for r in conn.execute("SELECT sequence FROM stead_events ORDER BY 1")]
+    sequences = [e.sequence for e in journal_events(db)]
     assert sequences == list(range(1, len(sequences) + 1)), f"sequence gap: {sequences}"
     check_events_match_operations(db)
 
@@ -209,11 +208,11 @@ def check_events_match_operations(db: Path) -> None:
     only if it is completed."""
     started: Counter[str] = Counter()
     completed: Counter[str] = Counter()
-    for run_id, type_, data in query(db, "SELECT run_id, kind, data FROM stead_events"):
-        kind, _, what = type_.rpartition("_")
+    for event in journal_events(db):
+        kind, _, what = event.kind.rpartition("_")
         if what in ("started", "completed") and kind in ("model", "tool"):
-            key = json.loads(data)["key"]
-            (started if what == "started" else completed)[f"{run_id}/{key}"] += 1
+            key = event.data["key"]
+            (started if what == "started" else completed)[f"{event.run_id}/{key}"] += 1
     ops = operations(db)
     for operation_id, op in ops.items():
         assert started[operation_id] == op.attempts, (

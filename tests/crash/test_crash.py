@@ -16,6 +16,7 @@ import pytest
 
 import stead
 
+from .._journal import journal_events
 from . import _child
 from ._helpers import (
     World,
@@ -290,7 +291,7 @@ async def test_completed_run_returns_stored_outcome(world: World) -> None:
     first = run_finished(world, "one_tool", "--policy", "idempotent")
     assert first["status"] == "completed"
     run_id = first["run_id"]
-    events_before = query(world.db, "SELECT COUNT(*) FROM stead_events")[0][0]
+    events_before = len(journal_events(world.db))
     assert world.model_turns() == [1, 2]
 
     # another process submits the same (session, request): the stored outcome, no model call
@@ -306,7 +307,7 @@ async def test_completed_run_returns_stored_outcome(world: World) -> None:
     assert result.output == first["output"] == done_output(RECEIPT)
     assert world.model_turns() == [1, 2]
     assert len(world.effects()) == 1
-    assert query(world.db, "SELECT COUNT(*) FROM stead_events")[0][0] == events_before
+    assert len(journal_events(world.db)) == events_before
     check_store(world.db)
 
 

@@ -18,7 +18,6 @@ import pytest
 import stead
 from stead.journal import transitions
 from stead.journal.commands import Cancel, Fork, Respond, Retry, command_to_json
-from stead.journal.events import ModelStarted, ToolCompleted, ToolStarted
 from stead.journal.keys import history_node
 from stead.journal.records import RunStatus, Writes
 from stead.testing import FakeClock
@@ -163,7 +162,6 @@ async def _started(journal: Journal, key: str, recovery: str = "manual") -> None
         recovery=recovery,
         input_hash="h",
         input={"tool": "pay", "call_id": "c1"},
-        started=ToolStarted(key=key, tool="pay", call_id="c1", attempt=1, operation_id="x"),
         writes=None,
     )
 
@@ -177,17 +175,18 @@ async def test_an_operation_is_started_then_completed_once(journal: Journal) -> 
         transitions.restart_operation,
         run_id="run-1",
         key="tool:1:c1",
+        kind="tool",
+        input={"tool": "pay", "call_id": "c1"},
         attempt=2,
-        started=ModelStarted(key="tool:1:c1", turn=1, attempt=2),
         writes=None,
     )
-    done = ToolCompleted(key="tool:1:c1", tool="pay", call_id="c1", failed=False, output=1)
     await journal.do(
         transitions.finish_operation,
         run_id="run-1",
         key="tool:1:c1",
+        kind="tool",
+        input={"tool": "pay", "call_id": "c1"},
         result={"output": 1},
-        completed=done,
         writes=Writes(blobs=("{}",), usage={"requests": 1}),
     )
     op = await journal.read(lambda tx: tx.get_operation("run-1", "tool:1:c1"))
@@ -243,15 +242,15 @@ async def test_fork_copies_the_completed_operations_before_a_key(journal: Journa
             recovery="safe",
             input_hash="h",
             input={},
-            started=ModelStarted(key=key, turn=1, attempt=1),
             writes=None,
         )
         await journal.do(
             transitions.finish_operation,
             run_id="run-1",
             key=key,
+            kind="model",
+            input={},
             result={"n": position},
-            completed=ModelStarted(key=key, turn=1, attempt=1),
             writes=None,
         )
     command = Fork(

@@ -25,14 +25,12 @@ from .._json import (
     canonical,
     check,
     digest_text,
-    dumps,
     loads,
     storable_pairs,
     storable_text,
     to_json,
 )
 from ..errors import ModelError, described, shown
-from ..journal.events import ModelCompleted, ModelStarted, ToolCompleted, ToolStarted
 from ..journal.keys import approval_key, budget_key, model_key, tool_key
 from ..journal.records import Interaction, Recovery, Writes
 from ..messages import (
@@ -62,7 +60,6 @@ __all__ = ["AgentOutcome", "run_agent_loop"]
 
 logger = logging.getLogger("stead")
 
-_EVENT_PREVIEW = 200
 #: Which stop wins when the calls of one turn stop differently.
 _PRECEDENCE: tuple[type[Stop], ...] = (NeedsAttention, Failed, RetryLater, Waiting)
 
@@ -143,10 +140,17 @@ async def run_agent_loop(
                 "turn": turn,
             },
             functools.partial(
-                _call_model, agent, name, request, key, fresh, bodies, _attempt_base(ctx, key), ctx
+                _call_model,
+                agent,
+                name,
+                request,
+                key,
+                fresh,
+                bodies,
+                _attempt_base(ctx, key),
+                ctx,
+                prices,
             ),
-            started=functools.partial(_model_started, key, turn),
-            completed=functools.partial(_model_event, key, turn, name, prices, fresh),
             before=before,
             after=functools.partial(_model_writes, state),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
@@ -223,6 +227,7 @@ async def _call_model(
     bodies: list[str],
     attempt_base: int,
     ctx: RunContext,
+    prices: Mapping[str, Price] | None,
     attempt: int,
 ) -> JSON:
     model: Any = agent.model
@@ -254,6 +259,8 @@ async def _call_model(
             retryable=True,
         )
         raise _model_failure(agent, key, attempt - attempt_base, problem) from exc
+    # The cost at today's prices is kept with the response: its event reports it.
+    result["cost_usd"] = cost_usd(name, committed_usage(result), prices)
     fresh.append(message)
     bodies.append(body)
     return result
@@ -345,31 +352,6 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
 def _model_writes(state: _State, result: JSON) -> Writes:
     """With a model's result: the run's new usage total."""
     return Writes(usage=(state.usage + committed_usage(result)).to_json())
-
-
-def _model_started(key: str, turn: int, attempt: int) -> ModelStarted:
-    return ModelStarted(key=key, turn=turn, attempt=attempt)
-
-
-def _model_event(
-    key: str,
-    turn: int,
-    name: str,
-    prices: Mapping[str, Price] | None,
-    fresh: list[AssistantMessage],
-    result: JSON,
-) -> ModelCompleted:
-    message = fresh[-1]
-    usage = committed_usage(result)
-    return ModelCompleted(
-        key=key,
-        turn=turn,
-        model=name,
-        text=message.text,
-        tool_calls=[{"id": c.id, "name": c.name} for c in message.tool_calls],
-        usage=usage.to_json(),
-        cost_usd=cost_usd(name, usage, prices),
-    )
 
 
 def _check_budget(agent: Agent, ctx: RunContext, state: _State, turn: int, name: str) -> None:
@@ -643,32 +625,10 @@ async def _journal_tool(
         # The arguments are in the model's message already: the journal keeps them there once
         # (the input hash still covers them).
         stored={"tool": call.name, "call_id": call_id},
-        started=lambda attempt: ToolStarted(
-            key=key,
-            tool=call.name,
-            call_id=call_id,
-            attempt=attempt,
-            operation_id=ctx.operation_id(key),
-        ),
-        completed=lambda result: ToolCompleted(
-            key=key,
-            tool=call.name,
-            call_id=call_id,
-            failed=bool(result["failed"]),
-            output=_preview(result["output"]),
-        ),
         describe=f" (tool {call.name!r})",
         max_attempts=max_attempts,
     )
     return result
-
-
-def _preview(output: JSON) -> JSON:
-    text = output if isinstance(output, str) else None
-    if text is None:
-        encoded = dumps(output)
-        return output if len(encoded) <= _EVENT_PREVIEW else encoded[:_EVENT_PREVIEW] + "…"
-    return text if len(text) <= _EVENT_PREVIEW else text[:_EVENT_PREVIEW] + "…"
 
 
 def _validation_message(exc: pydantic.ValidationError) -> str:

@@ -11,10 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from .._json import JSON
+from .._json import JSON, dumps
 
 __all__ = [
     "EVENT_KINDS",
+    "OPERATION_EVENT_KINDS",
+    "PREVIEW_CHARS",
     "EventKind",
     "InteractionRequested",
     "InteractionResponded",
@@ -28,6 +30,9 @@ __all__ = [
     "Submitted",
     "ToolCompleted",
     "ToolStarted",
+    "operation_completed",
+    "operation_started",
+    "preview",
 ]
 
 EventKind = Literal[
@@ -201,3 +206,95 @@ class InteractionResponded(Payload):
     interaction_id: str
     key: str
     response: JSON
+
+
+# -- the events of an operation ----------------------------------------------------------------
+#
+# An operation's intent and result carry their events' data already: the first start of a model
+# call or a tool and its result are announced from the operation row (its ``started_seq`` and
+# ``completed_seq``) instead of being copied into an event row. These functions are the one place
+# that data is built, for the live announcement and for every later read.
+
+#: Characters of a tool's output that its ``tool_completed`` event previews.
+PREVIEW_CHARS = 200
+
+OPERATION_EVENT_KINDS = frozenset({"model", "tool"})
+
+
+def preview(output: JSON) -> JSON:
+    """A tool's output as its event shows it: whole when short, else its first characters."""
+    text = output if isinstance(output, str) else None
+    if text is None:
+        encoded = dumps(output)
+        return output if len(encoded) <= PREVIEW_CHARS else encoded[:PREVIEW_CHARS] + "…"
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
+def operation_started(
+    kind: str, key: str, stored_input: JSON, attempt: int, operation_id: str
+) -> Payload | None:
+    """The event of an attempt of an operation, from what its row holds (``None``: a kind that
+    has no such event)."""
+    data = stored_input if isinstance(stored_input, dict) else {}
+    if kind == "model":
+        return ModelStarted(key=key, turn=_turn(key, data), attempt=attempt)
+    if kind == "tool":
+        return ToolStarted(
+            key=key,
+            tool=str(data.get("tool", "")),
+            call_id=str(data.get("call_id", "")),
+            attempt=attempt,
+            operation_id=operation_id,
+        )
+    return None
+
+
+def operation_completed(kind: str, key: str, stored_input: JSON, result: JSON) -> Payload | None:
+    """The event of an operation's result, from what its row holds (``None``: a kind that has
+    no such event)."""
+    data = stored_input if isinstance(stored_input, dict) else {}
+    found = result if isinstance(result, dict) else {}
+    if kind == "model":
+        message = found.get("message")
+        message = message if isinstance(message, dict) else {}
+        usage = found.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        calls = message.get("tool_calls")
+        return ModelCompleted(
+            key=key,
+            turn=_turn(key, data),
+            model=str(data.get("model", "")),
+            text=str(message.get("text", "")),
+            tool_calls=[
+                {"id": c.get("id"), "name": c.get("name")}
+                for c in (calls if isinstance(calls, list) else [])
+                if isinstance(c, dict)
+            ],
+            usage={
+                "input_tokens": int(usage.get("input_tokens", 0)),
+                "output_tokens": int(usage.get("output_tokens", 0)),
+                "cache_read_tokens": int(usage.get("cache_read_tokens", 0)),
+                "cache_write_tokens": int(usage.get("cache_write_tokens", 0)),
+                "requests": 1,
+            },
+            cost_usd=found.get("cost_usd"),
+        )
+    if kind == "tool":
+        return ToolCompleted(
+            key=key,
+            tool=data.get("tool"),
+            call_id=data.get("call_id"),
+            failed=bool(found.get("failed")),
+            output=preview(found.get("output")),
+        )
+    return None
+
+
+def _turn(key: str, data: dict[str, Any]) -> int:
+    turn = data.get("turn")
+    if isinstance(turn, int):
+        return turn
+    try:
+        return int(key.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0

@@ -32,7 +32,10 @@ from .events import (
     StatusChanged,
     Submitted,
     ToolCompleted,
+    operation_completed,
+    operation_started,
 )
+from .keys import operation_id
 from .protocol import Tx
 from .records import (
     RUNNABLE_STATUSES,
@@ -565,15 +568,22 @@ def start_operation(
     recovery: Recovery,
     input_hash: str,
     input: JSON,
-    started: Payload,
     writes: Writes | None,
     input_text: str | None = None,
+    result: JSON = None,
     result_text: str | None = None,
 ) -> None:
-    """The intent of a new operation (and the rows its input refers to); ``input_text`` is the
-    input's JSON when the caller encoded it already; with ``result_text`` the row is written
-    completed (see :func:`record_operation`)."""
+    """The intent of a new operation (and the rows its input refers to); ``input`` is what the
+    journal keeps of it, ``input_text`` its JSON when the caller encoded it already. With
+    ``result_text`` (and ``result``) the row is written completed (see
+    :func:`record_operation`). The row announces its events (``journal.events``)."""
     _write(tx, writes, run_id)
+    started = operation_started(kind, key, input, 1, operation_id(run_id, key))
+    started_seq = tx.announce(run_id, started).sequence if started is not None else None
+    completed_seq = None
+    if result_text is not None:
+        completed = operation_completed(kind, key, input, result)
+        completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
     tx.start_operation(
         run_id=run_id,
         key=key,
@@ -584,17 +594,28 @@ def start_operation(
         input=input,
         input_text=input_text,
         result_text=result_text,
+        started_seq=started_seq,
+        completed_seq=completed_seq,
     )
-    tx.append_event(run_id, started)
 
 
 def restart_operation(
-    tx: Tx, *, run_id: str, key: str, attempt: int, started: Payload, writes: Writes | None
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    kind: str,
+    input: JSON,
+    attempt: int,
+    writes: Writes | None,
 ) -> None:
-    """Another attempt of an interrupted operation (consumes a re-run order)."""
+    """Another attempt of an interrupted operation (consumes a re-run order); its event is a
+    row of its own (the operation row announces the first attempt only)."""
     _write(tx, writes, run_id)
     tx.restart_operation(run_id, key, attempt)
-    tx.append_event(run_id, started)
+    started = operation_started(kind, key, input, attempt, operation_id(run_id, key))
+    if started is not None:
+        tx.append_event(run_id, started)
 
 
 def finish_operation(
@@ -602,35 +623,30 @@ def finish_operation(
     *,
     run_id: str,
     key: str,
+    kind: str,
+    input: JSON,
     result: JSON,
-    completed: Payload,
     writes: Writes | None,
     result_text: str | None = None,
 ) -> None:
-    """The result of an operation in progress (``result_text``: its JSON, if encoded already)."""
-    if not tx.complete_operation(run_id, key, result, result_text):
+    """The result of an operation in progress (``input``: what the journal keeps of its input;
+    ``result_text``: the result's JSON, if encoded already). The row announces the event."""
+    completed = operation_completed(kind, key, input, result)
+    completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
+    if not tx.complete_operation(run_id, key, result, result_text, completed_seq):
         raise StorageError(
             f"operation {key} of run {run_id} was not in progress when its result was "
             "written; the journal was changed under this runtime"
         )
     _write(tx, writes, run_id)
-    tx.append_event(run_id, completed)
 
 
-def record_operation(
-    tx: Tx,
-    *,
-    completed: Payload,
-    result_text: str,
-    after: Writes | None,
-    **intent: Any,
-) -> None:
-    """:func:`start_operation` (given ``intent``, its arguments) and :func:`finish_operation`
-    in one: a ``safe`` operation that finished before its intent was written is inserted with
-    its result (one row, one write)."""
-    start_operation(tx, result_text=result_text, **intent)
-    _write(tx, after, intent["run_id"])
-    tx.append_event(intent["run_id"], completed)
+def record_operation(tx: Tx, *, after: Writes | None, **operation: Any) -> None:
+    """:func:`start_operation` with its ``result`` and ``result_text``, and the ``after``
+    writes of :func:`finish_operation`, in one: a ``safe`` operation that finished before its
+    intent was written is inserted with its result (one row, one write)."""
+    start_operation(tx, **operation)
+    _write(tx, after, operation["run_id"])
 
 
 def request_interaction(

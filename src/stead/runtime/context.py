@@ -134,8 +134,6 @@ class RunContext:
         input: JSON,
         execute: Callable[[int], Awaitable[JSON]],
         *,
-        started: Callable[[int], Payload],
-        completed: Callable[[JSON], Payload],
         before: Writes | None = None,
         after: Callable[[JSON], Writes] | None = None,
         describe: str = "",
@@ -144,14 +142,14 @@ class RunContext:
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
-        ``execute(attempt)`` does the work. ``started``/``completed`` build the payloads of the
-        events that report the intent and the result. ``before`` is written with the intent
-        (such as the messages the input refers to); ``after(result)``, called when the result
-        is new, is written with the result (such as the run's usage). ``max_attempts`` bounds
-        how often an interrupted operation is started again: an operation that keeps killing
-        the process is not sent once more. ``stored`` is what the journal keeps of the input
-        when part of it is journaled elsewhere already (default: all of it); the input hash
-        that replay compares always covers the whole input.
+        ``execute(attempt)`` does the work; the events that report the intent and the result
+        are built from what the journal keeps (``journal.events``). ``before`` is written with
+        the intent (such as the messages the input refers to); ``after(result)``, called when
+        the result is new, is written with the result (such as the run's usage).
+        ``max_attempts`` bounds how often an interrupted operation is started again: an
+        operation that keeps killing the process is not sent once more. ``stored`` is what the
+        journal keeps of the input when part of it is journaled elsewhere already (default: all
+        of it); the input hash that replay compares always covers the whole input.
         """
         run_id = self.run.id
         # One encoding serves the hash, the size check and storage. The hash is the digest of
@@ -178,13 +176,15 @@ class RunContext:
         fresh: functools.partial[None] | None = None  # the intent of a new operation
         if op is not None:
             attempt = op.attempts + 1
+            kept = op.input  # what the journal keeps of the input
             intent = self._write(
                 functools.partial(
                     transitions.restart_operation,
                     run_id=run_id,
                     key=key,
+                    kind=kind,
+                    input=kept,
                     attempt=attempt,
-                    started=started(attempt),
                     writes=before,
                 ),
                 durability,
@@ -199,8 +199,9 @@ class RunContext:
                     operation=key,
                 )
             self._check_size(key, "input", input_text)
+            kept = input
             if stored is not None:
-                input, input_text = stored, canonical(stored)
+                kept, input_text = stored, canonical(stored)
             fresh = functools.partial(
                 transitions.start_operation,
                 run_id=run_id,
@@ -209,8 +210,7 @@ class RunContext:
                 kind=kind,
                 recovery=recovery,
                 input_hash=input_hash,
-                input=input,
-                started=started(attempt),
+                input=kept,
                 writes=before,
                 input_text=input_text,
             )
@@ -233,14 +233,14 @@ class RunContext:
             boundaries.hook("effect_done", key)
         result_text = dumps(result)
         self._check_size(key, "result", result_text)
-        finished, later = completed(result), after(result) if after is not None else None
+        later = after(result) if after is not None else None
         # A safe operation that finished while its intent still waited in the queue is
         # written as one row holding both, in the same place in the commit order.
         if fresh is not None and durability == "lazy" and boundaries.hook is None:
             combined = functools.partial(
                 transitions.record_operation,
                 **fresh.keywords,
-                completed=finished,
+                result=result,
                 result_text=result_text,
                 after=later,
             )
@@ -252,8 +252,9 @@ class RunContext:
                 transitions.finish_operation,
                 run_id=run_id,
                 key=key,
+                kind=kind,
+                input=kept,
                 result=result,
-                completed=finished,
                 writes=later,
                 result_text=result_text,
             ),

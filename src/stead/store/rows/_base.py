@@ -177,6 +177,8 @@ class SqlBase(ABC):
     #: The next event sequence this transaction hands out, and the events it wrote.
     next_sequence: int
     events: list[Event]
+    #: Encoded rows of ``stead_events`` not inserted yet.
+    unwritten: list[tuple[int, str, str, str, str]]
 
     @abstractmethod
     def now(self) -> datetime:

@@ -1,29 +1,70 @@
-"""Events: appended with a sequence, read after a cursor."""
+"""Events: appended with a sequence, read after a cursor.
+
+Most events are rows of ``stead_events``. The first start and the result of a model call or a
+tool are announced by the operation row instead (its ``started_seq`` and ``completed_seq``):
+their data is built from the row when read (:mod:`stead.journal.events`), so a response or a
+tool's output is not stored twice. A read merges both, in sequence order.
+"""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..._json import dumps, loads
-from ...journal.events import Payload
+from ...journal.events import Payload, operation_completed, operation_started
+from ...journal.keys import operation_id
 from ...journal.records import Event
 from ._base import SqlBase
+
+#: The columns an operation's events are built from: sequence, run, key, kind, input, result,
+#: time.
+_STARTED = "started_seq, run_id, key, kind, input, NULL, created_at"
+_COMPLETED = "completed_seq, run_id, key, kind, input, result, updated_at"
+
+
+def operation_event(row: Sequence[Any], completed: bool) -> Event:
+    """The event an operation row announces (see the module docstring)."""
+    sequence, run_id, key, kind, input_text, result_text, stamp = row
+    stored = loads(input_text)
+    payload = (
+        operation_completed(kind, key, stored, loads(result_text))
+        if completed
+        else operation_started(kind, key, stored, 1, operation_id(run_id, key))
+    )
+    assert payload is not None  # a sequence is only given to an operation that has the event
+    return Event(
+        sequence=sequence,
+        run_id=run_id,
+        kind=payload.event_kind,
+        data=payload.data(),
+        created_at=datetime.fromisoformat(stamp),
+    )
 
 
 class EventRows(SqlBase):
     """Events are appended to the transaction's list and written together, in one
     ``executemany``, before it commits (or before anything in it reads events back)."""
 
-    #: Encoded rows of ``events`` not inserted yet.
-    unwritten: list[tuple[int, str, str, str, str]]
-
     def append_event(self, run_id: str, payload: Payload) -> Event:
-        now = self.now()
-        kind, data = payload.event_kind, payload.data()
+        event = self.announce(run_id, payload)
+        self.unwritten.append((event.sequence, run_id, event.kind, dumps(event.data), self.stamp()))
+        return event
+
+    def announce(self, run_id: str, payload: Payload) -> Event:
+        """Hand out the next sequence for an event that the caller's row will hold (an
+        operation's); it is delivered at commit like every event, but no event row is written."""
         sequence = self.next_sequence
-        self.unwritten.append((sequence, run_id, kind, dumps(data), self.stamp()))
         self.next_sequence = sequence + 1
-        event = Event(sequence=sequence, run_id=run_id, kind=kind, data=data, created_at=now)
+        event = Event(
+            sequence=sequence,
+            run_id=run_id,
+            kind=payload.event_kind,
+            data=payload.data(),
+            created_at=self.now(),
+        )
         self.events.append(event)
         return event
 
@@ -39,19 +80,14 @@ class EventRows(SqlBase):
 
     def events_after(self, run_id: str | None, after: int, limit: int) -> list[Event]:
         self.write_events()
-        if run_id is None:
-            rows = self.execute(
-                "SELECT sequence, run_id, kind, data, created_at FROM stead_events "
-                "WHERE sequence > ? ORDER BY sequence LIMIT ?",
-                (after, limit),
-            ).fetchall()
-        else:
-            rows = self.execute(
-                "SELECT sequence, run_id, kind, data, created_at FROM stead_events "
-                "WHERE run_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-                (run_id, after, limit),
-            ).fetchall()
-        return [
+        where = "" if run_id is None else "run_id = ? AND "
+        params: tuple[Any, ...] = (after, limit) if run_id is None else (run_id, after, limit)
+        rows = self.execute(
+            f"SELECT sequence, run_id, kind, data, created_at FROM stead_events "
+            f"WHERE {where}sequence > ? ORDER BY sequence LIMIT ?",
+            params,
+        ).fetchall()
+        stored = (
             Event(
                 sequence=r[0],
                 run_id=r[1],
@@ -60,11 +96,41 @@ class EventRows(SqlBase):
                 created_at=datetime.fromisoformat(r[4]),
             )
             for r in rows
-        ]
+        )
+        started = self.execute(
+            f"SELECT {_STARTED} FROM stead_operations "
+            f"WHERE {where}started_seq > ? ORDER BY started_seq LIMIT ?",
+            params,
+        ).fetchall()
+        completed = self.execute(
+            f"SELECT {_COMPLETED} FROM stead_operations "
+            f"WHERE {where}completed_seq > ? ORDER BY completed_seq LIMIT ?",
+            params,
+        ).fetchall()
+        merged: Iterable[Event] = heapq.merge(
+            stored,
+            (operation_event(r, False) for r in started),
+            (operation_event(r, True) for r in completed),
+            key=lambda e: e.sequence,
+        )
+        return [event for event, _ in zip(merged, range(limit), strict=False)]
 
     def last_sequence(self, run_id: str) -> int:
         self.write_events()
         row = self.execute(
-            "SELECT MAX(sequence) FROM stead_events WHERE run_id = ?", (run_id,)
+            "SELECT MAX(s) FROM ("
+            "SELECT MAX(sequence) AS s FROM stead_events WHERE run_id = ? "
+            "UNION ALL SELECT MAX(started_seq) FROM stead_operations WHERE run_id = ? "
+            "UNION ALL SELECT MAX(completed_seq) FROM stead_operations WHERE run_id = ?)",
+            (run_id, run_id, run_id),
         ).fetchone()
         return int(row[0] or 0)
+
+
+#: The highest sequence handed out in a database (an event row's or an operation's).
+MAX_SEQUENCE_SQL = (
+    "SELECT COALESCE(MAX(s), 0) FROM ("
+    "SELECT MAX(sequence) AS s FROM stead_events "
+    "UNION ALL SELECT MAX(started_seq) FROM stead_operations "
+    "UNION ALL SELECT MAX(completed_seq) FROM stead_operations)"
+)

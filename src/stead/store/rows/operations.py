@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..._json import JSON, dumps
 from ...journal.records import Operation, Recovery
 from ._base import OP_COLUMNS, SqlBase, operation_of
+from .events import operation_event
 
 
 class OperationRows(SqlBase):
@@ -34,15 +35,18 @@ class OperationRows(SqlBase):
         input: JSON,
         input_text: str | None = None,
         result_text: str | None = None,
+        started_seq: int | None = None,
+        completed_seq: int | None = None,
     ) -> None:
         """Insert an operation's intent; with ``result_text``, its result too (an operation
-        whose intent had not been written yet when it finished)."""
+        whose intent had not been written yet when it finished). ``started_seq`` and
+        ``completed_seq`` are the sequences of the events the row announces."""
         now = self.stamp()
         text = input_text if input_text is not None else dumps(input)
         self.execute(
             "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
-            "input_hash, input, result, attempts, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            "input_hash, input, result, attempts, created_at, updated_at, started_seq, "
+            "completed_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)",
             (
                 run_id,
                 key,
@@ -55,6 +59,8 @@ class OperationRows(SqlBase):
                 result_text,
                 now,
                 now,
+                started_seq,
+                completed_seq,
             ),
         )
 
@@ -67,13 +73,25 @@ class OperationRows(SqlBase):
         )
 
     def complete_operation(
-        self, run_id: str, key: str, result: JSON, result_text: str | None = None
+        self,
+        run_id: str,
+        key: str,
+        result: JSON,
+        result_text: str | None = None,
+        completed_seq: int | None = None,
     ) -> bool:
-        """Store the result of a started operation; False if it was not ``started``."""
+        """Store the result of a started operation (``completed_seq``: the sequence of the
+        event the row announces); False if it was not ``started``."""
         cursor = self.execute(
-            "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ? "
-            "WHERE run_id = ? AND key = ? AND status = 'started'",
-            (result_text if result_text is not None else dumps(result), self.stamp(), run_id, key),
+            "UPDATE stead_operations SET status = 'completed', result = ?, updated_at = ?, "
+            "completed_seq = ? WHERE run_id = ? AND key = ? AND status = 'started'",
+            (
+                result_text if result_text is not None else dumps(result),
+                self.stamp(),
+                completed_seq,
+                run_id,
+                key,
+            ),
         )
         return int(cursor.rowcount) == 1
 
@@ -97,7 +115,17 @@ class OperationRows(SqlBase):
         return int(cursor.rowcount)
 
     def delete_operation(self, run_id: str, key: str) -> None:
-        """Forget an intent whose work never started (a tool that asked for approval first)."""
+        """Forget an intent whose work never started (a tool that asked for approval first).
+        The event its row announced stays: it becomes an event row of its own."""
+        row = self.execute(
+            "SELECT started_seq, run_id, key, kind, input, NULL, created_at "
+            "FROM stead_operations WHERE run_id = ? AND key = ? AND status = 'started' "
+            "AND started_seq IS NOT NULL",
+            (run_id, key),
+        ).fetchone()
+        if row is not None:
+            event = operation_event(row, completed=False)
+            self.unwritten.append((event.sequence, run_id, event.kind, dumps(event.data), row[6]))
         self.execute(
             "DELETE FROM stead_operations WHERE run_id = ? AND key = ? AND status = 'started'",
             (run_id, key),

@@ -31,6 +31,7 @@ from ...journal.commands import (
 )
 from ...journal.protocol import InboxRow
 from ..migrate import SCHEMA_VERSION, schema_version, verify_schema
+from ..rows.events import MAX_SEQUENCE_SQL
 from .tx import SqliteTx
 
 if TYPE_CHECKING:
@@ -142,7 +143,13 @@ class ClientSide:
         with self._lock:
             self._check_identity()
             try:
-                return fn(SqliteTx(self._conn, self._store.clock, 0, False, read_only=True))
+                # One snapshot for the whole read: the owner may commit between two of its
+                # queries (events are read from two tables, a snapshot from several).
+                self._conn.execute("BEGIN")
+                try:
+                    return fn(SqliteTx(self._conn, self._store.clock, 0, False, read_only=True))
+                finally:
+                    self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StorageError(f"cannot read {self._store.path!r}: {exc}") from exc
 
@@ -218,7 +225,7 @@ class ClientSide:
     @staticmethod
     def _next_sequence(conn: sqlite3.Connection) -> int:
         """Above every event sequence that was written or may have been seen."""
-        written = conn.execute("SELECT COALESCE(MAX(sequence), 0) FROM stead_events").fetchone()
+        written = conn.execute(MAX_SEQUENCE_SQL).fetchone()
         reserved = conn.execute("SELECT sequence_reserved_through FROM stead_meta").fetchone()
         return max(int(written[0]), int(reserved[0] or 0)) + 1
 

@@ -41,6 +41,7 @@ from ...journal.commands import Command
 from ...journal.protocol import Durability
 from ...journal.records import Event
 from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
+from ..rows.events import MAX_SEQUENCE_SQL
 from .client import ClientSide as _ClientSide
 from .tx import SqliteTx
 from .writer import Writer
@@ -350,9 +351,7 @@ class SqliteStore:
                     )
                 # We hold the owner's lock, so whoever the row names is gone.
                 crashed = True
-            max_seq = conn.execute(
-                "SELECT COALESCE(MAX(sequence), 0) FROM stead_events"
-            ).fetchone()[0]
+            max_seq = conn.execute(MAX_SEQUENCE_SQL).fetchone()[0]
             if crashed and previous_boot != this_boot:
                 # The machine rebooted since the crashed owner ran: events it handed out after
                 # its last flush may be lost, so continue above everything it could have shown.
