@@ -7,11 +7,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -n "$(PYTHON)" || { echo "stead needs Python 3.11 or newer on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,openai,anthropic]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,openai,anthropic,postgres]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +24,8 @@ from stead.journal.keys import history_node
 from stead.journal.records import RunStatus, Writes
 from stead.testing import FakeClock
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 
 
 class Journal:
@@ -57,13 +60,32 @@ class Journal:
 @pytest.fixture(params=BACKENDS)
 async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Journal]:
     clock = FakeClock()
-    store = stead.SqliteStore(tmp_path / "contract.db", clock=clock)
+    store: Any
+    if request.param == "postgres":
+        if not POSTGRES_URL:
+            pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+        from stead.store.postgres import PostgresStore
+
+        schema = f"contract_{uuid.uuid4().hex[:12]}"
+        store = PostgresStore(POSTGRES_URL, schema=schema, clock=clock)
+    else:
+        store = stead.SqliteStore(tmp_path / "contract.db", clock=clock)
     loop = asyncio.get_running_loop()
     await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
     try:
         yield Journal(store, clock)
     finally:
         await store.aclose()
+        if request.param == "postgres":
+            await asyncio.to_thread(_drop_schema, store)
+
+
+def _drop_schema(store: Any) -> None:
+    conn = store.connect()
+    try:
+        conn.execute(f'DROP SCHEMA "{store.schema}" CASCADE')
+    finally:
+        conn.close()
 
 
 def _registered(run: Any) -> bool:

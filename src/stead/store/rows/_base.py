@@ -36,6 +36,9 @@ class Dialect:
     insert_ignore: str
     #: ...and its end.
     on_conflict_ignore: str
+    #: A column that orders a table's rows by insertion (SQLite's implicit rowid; a generated
+    #: ``number`` column where there is none).
+    insertion_order: str
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -49,13 +52,18 @@ class Dialect:
 
 
 SQLITE = Dialect(
-    name="sqlite", mark="?", insert_ignore="INSERT OR IGNORE INTO", on_conflict_ignore=""
+    name="sqlite",
+    mark="?",
+    insert_ignore="INSERT OR IGNORE INTO",
+    on_conflict_ignore="",
+    insertion_order="rowid",
 )
 POSTGRES = Dialect(
     name="postgres",
     mark="%s",
     insert_ignore="INSERT INTO",
     on_conflict_ignore="ON CONFLICT DO NOTHING",
+    insertion_order="number",
 )
 
 

@@ -121,7 +121,7 @@ class EventRows(SqlBase):
             "SELECT MAX(s) FROM ("
             "SELECT MAX(sequence) AS s FROM stead_events WHERE run_id = ? "
             "UNION ALL SELECT MAX(started_seq) FROM stead_operations WHERE run_id = ? "
-            "UNION ALL SELECT MAX(completed_seq) FROM stead_operations WHERE run_id = ?)",
+            "UNION ALL SELECT MAX(completed_seq) FROM stead_operations WHERE run_id = ?) AS seqs",
             (run_id, run_id, run_id),
         ).fetchone()
         return int(row[0] or 0)
@@ -132,5 +132,5 @@ MAX_SEQUENCE_SQL = (
     "SELECT COALESCE(MAX(s), 0) FROM ("
     "SELECT MAX(sequence) AS s FROM stead_events "
     "UNION ALL SELECT MAX(started_seq) FROM stead_operations "
-    "UNION ALL SELECT MAX(completed_seq) FROM stead_operations)"
+    "UNION ALL SELECT MAX(completed_seq) FROM stead_operations) AS seqs"
 )

@@ -41,8 +41,9 @@ class InteractionRows(SqlBase):
         return interaction_of(row) if row else None
 
     def run_interactions(self, run_id: str) -> list[Interaction]:
+        order = f"i.requested_at, i.{self.dialect.insertion_order}"
         rows = self.execute(
-            f"{INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY i.requested_at, i.rowid", (run_id,)
+            f"{INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY {order}", (run_id,)
         ).fetchall()
         return [interaction_of(row) for row in rows]
 
@@ -60,8 +61,9 @@ class InteractionRows(SqlBase):
                 clauses.append(f"{column} = ?")
                 values.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = f"i.requested_at, i.{self.dialect.insertion_order}"
         rows = self.execute(
-            f"{INTERACTION_SELECT} {where} ORDER BY i.requested_at, i.rowid LIMIT ?",
+            f"{INTERACTION_SELECT} {where} ORDER BY {order} LIMIT ?",
             (*values, limit),
         ).fetchall()
         return [interaction_of(row) for row in rows]

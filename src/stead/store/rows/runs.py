@@ -74,7 +74,7 @@ class RunRows(SqlBase):
         submission_digest: str,
     ) -> Run:
         now = self.stamp()
-        cursor = self.execute(
+        self.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
             "input, submission_digest, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -92,8 +92,6 @@ class RunRows(SqlBase):
                 now,
             ),
         )
-        number = cursor.lastrowid
-        assert number is not None
         run = self.get_run(run_id)
         assert run is not None
         return run

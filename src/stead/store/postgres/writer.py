@@ -1,0 +1,237 @@
+"""The PostgreSQL writer: group commit on a thread, in the order jobs were queued.
+
+A round trip to the server costs more than a turn of the event loop, so batches run on one
+worker thread with their own connection, never on the loop. Jobs queued while a batch is in
+flight form the next batch: concurrent runs share a commit, and the order jobs were queued in is
+the order they commit in. Durability maps onto ``synchronous_commit``: a batch that holds a
+*barrier* commits with it ``on`` (the server flushed its WAL before the commit returns), any other
+with it ``off`` (the server has the commit; a server crash may lose the last few). Reads queue in
+the same line, so a read sees every write queued before it.
+
+A storage failure, or a failure of a job that has no savepoint of its own, poisons the writer:
+the batch is rolled back, and every job in it and every later job fails with the same
+:class:`~stead.errors.StorageError`. Other exceptions of a checked job are that job's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ...errors import SteadError, StorageError
+from ...journal.records import Event
+from .tx import PostgresTx
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Job(Generic[T]):
+    fn: Callable[[Any], T]
+    future: asyncio.Future[T]
+    barrier: bool
+    read_only: bool
+    checked: bool
+    result: Any = None
+    error: BaseException | None = None
+
+
+class PostgresWriter:
+    """Runs queued jobs in batches on one thread and connection; see the module docstring."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        make_tx: Callable[[Any, bool], PostgresTx],
+        loop: asyncio.AbstractEventLoop,
+        on_commit: Callable[[list[Event]], None],
+        on_fatal: Callable[[StorageError], None],
+        *,
+        storage_errors: tuple[type[BaseException], ...],
+        name: str,
+    ) -> None:
+        self._make_tx = make_tx
+        self._loop = loop
+        self._on_commit = on_commit
+        self._on_fatal = on_fatal
+        self._storage_errors = storage_errors
+        self._pending: list[Job[Any]] = []
+        self._in_flight = False
+        self._scheduled = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._conn: Any = self._executor.submit(connect).result()
+        self.poisoned: StorageError | None = None
+
+    def submit(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        barrier: bool = False,
+        read_only: bool = False,
+        checked: bool = True,
+    ) -> asyncio.Future[T]:
+        """Queue ``fn(tx)``; the future resolves once its batch committed (a barrier's with
+        ``synchronous_commit = on``). A ``checked`` job may raise a
+        :class:`~stead.errors.SteadError` as its answer, which undoes its writes alone."""
+        future: asyncio.Future[T] = self._loop.create_future()
+        if self.poisoned is not None:
+            future.set_exception(self.poisoned)
+            return future
+        self._pending.append(Job(fn, future, barrier, read_only, checked))
+        self._idle.clear()
+        if not self._scheduled and not self._in_flight:
+            self._scheduled = True
+            self._loop.call_soon(self._dispatch)
+        return future
+
+    def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
+        """Give a job still waiting in the queue another function; False once its batch
+        started."""
+        for job in reversed(self._pending):
+            if job.future is future:
+                job.fn = fn
+                return True
+        return False
+
+    async def aclose(self) -> None:
+        """Commit what is queued, then close the connection and stop the thread."""
+        await self._idle.wait()
+        with contextlib.suppress(Exception):
+            self._executor.submit(self._conn.close).result()
+        self._executor.shutdown(wait=True)
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        self._scheduled = False
+        if self._in_flight or not self._pending:
+            self._check_idle()
+            return
+        batch, self._pending = self._pending, []
+        if self.poisoned is not None:
+            self._settle(batch, [], self.poisoned)
+            return
+        self._in_flight = True
+        self._executor.submit(self._run, batch)
+
+    def _run(self, batch: list[Job[Any]]) -> None:
+        """On the writer's thread: one transaction for the batch, then back to the loop."""
+        events: list[Event] = []
+        failure: StorageError | None = None
+        try:
+            if all(job.read_only for job in batch):
+                self._read(batch)
+            else:
+                events = self._write(batch)
+        except StorageError as exc:
+            failure = exc
+        except BaseException as exc:
+            failure = StorageError(
+                f"storage failed ({type(exc).__name__}: {exc}); nothing from the failed "
+                "transaction was kept. Close and reopen the runtime: it resumes from the "
+                "committed journal."
+            )
+            failure.__cause__ = exc
+        with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing any more
+            self._loop.call_soon_threadsafe(self._done, batch, events, failure)
+
+    def _read(self, batch: list[Job[Any]]) -> None:
+        """Reads alone: one snapshot for the batch."""
+        conn = self._conn
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            tx = self._make_tx(conn, True)
+            for job in batch:
+                self._call(tx, job)
+        finally:
+            conn.execute("ROLLBACK")
+
+    def _write(self, batch: list[Job[Any]]) -> list[Event]:
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            durable = any(job.barrier for job in batch)
+            conn.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
+            tx = self._make_tx(conn, False)
+            for job in batch:
+                if job.read_only or not job.checked:
+                    if not self._call(tx, job) and not job.read_only:
+                        raise StorageError(f"an internal write failed: {job.error}")
+                    continue
+                tx.savepoint()
+                if self._call(tx, job):
+                    tx.release_savepoint()
+                else:
+                    tx.rollback_savepoint()
+                    tx.release_savepoint()
+            tx.write_events()
+            tx.write_sequence()
+            conn.execute("COMMIT")
+            return tx.events
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+
+    def _call(self, tx: PostgresTx, job: Job[Any]) -> bool:
+        """Run one job; a SteadError it raises is its answer (its writes are rolled back), and
+        so is any other exception of a checked or read-only job that is not a storage
+        failure."""
+        try:
+            job.result = job.fn(tx)
+            return True
+        except SteadError as exc:
+            if isinstance(exc, StorageError):
+                raise
+            job.error = exc
+            return False
+        except Exception as exc:
+            if isinstance(exc, self._storage_errors) or not (job.checked or job.read_only):
+                raise
+            job.error = exc
+            return False
+
+    # -- back on the loop --------------------------------------------------------------------
+
+    def _done(
+        self, batch: list[Job[Any]], events: list[Event], failure: StorageError | None
+    ) -> None:
+        self._in_flight = False
+        if failure is not None:
+            self._poison(failure, batch)
+            return
+        self._settle(batch, events, None)
+        self._dispatch()
+
+    def _settle(
+        self, batch: list[Job[Any]], events: list[Event], failure: StorageError | None
+    ) -> None:
+        for job in batch:
+            if job.future.done():
+                continue
+            error = failure or job.error
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(job.result)
+        if events:
+            self._on_commit(events)
+        self._check_idle()
+
+    def _poison(self, error: StorageError, batch: list[Job[Any]]) -> None:
+        first = self.poisoned is None
+        self.poisoned = self.poisoned or error
+        later, self._pending = self._pending, []
+        self._settle(batch + later, [], self.poisoned)
+        if first:
+            self._on_fatal(self.poisoned)
+
+    def _check_idle(self) -> None:
+        if not self._pending and not self._in_flight:
+            self._idle.set()

@@ -1,0 +1,140 @@
+"""What only the PostgreSQL store has: URLs and schemas, connection failures, migrations under
+a lock, and event sequences shared by several processes' stores."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import stead
+from stead.journal import transitions
+from stead.journal.events import StatusChanged
+
+POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
+needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
+
+
+def _store(url: str | None = None, **options: Any) -> Any:
+    from stead.store.postgres import PostgresStore
+
+    return PostgresStore(url or str(POSTGRES_URL), **options)
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"pgtest_{uuid.uuid4().hex[:12]}"
+    yield name
+    if POSTGRES_URL:
+        conn = _store(schema=name).connect()
+        try:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            conn.close()
+
+
+async def _open(store: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
+    return store
+
+
+@pytest.fixture
+async def opened(schema: str) -> AsyncIterator[list[Any]]:
+    stores: list[Any] = []
+    yield stores
+    for store in stores:
+        await store.aclose()
+
+
+def test_a_url_that_is_not_postgresql_is_refused_before_anything_connects() -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(stead.ValidationError, match=r"postgresql:// URL.*stead\.SqliteStore"):
+        _store("sqlite:///tmp/x.db")
+    with pytest.raises(stead.ValidationError, match="lowercase PostgreSQL identifier"):
+        _store("postgresql://u@h/db", schema="Robert'); DROP TABLE x;--")
+
+
+def test_the_password_never_shows() -> None:
+    pytest.importorskip("psycopg")
+    store = _store("postgresql://alice:s3cret-pw@db.example:5432/prod", schema="app")
+    assert "s3cret-pw" not in repr(store) and "alice:***@db.example" in repr(store)
+
+
+async def test_an_unreachable_server_is_one_clear_error_naming_host_and_database() -> None:
+    pytest.importorskip("psycopg")
+    store = _store("postgresql://alice:s3cret-pw@127.0.0.1:1/orders", schema="app")
+    with pytest.raises(stead.StorageError) as caught:
+        await _open(store)
+    message = str(caught.value)
+    assert "127.0.0.1:1" in message and "'orders'" in message and "s3cret-pw" not in message
+    assert "check that the server is running" in message
+
+
+@needs_postgres
+async def test_a_missing_database_is_named(schema: str) -> None:
+    url = urlsplit(str(POSTGRES_URL))._replace(path="/stead_no_such_database").geturl()
+    with pytest.raises(stead.StorageError) as caught:
+        await _open(_store(url, schema=schema))
+    message = str(caught.value)
+    assert "database 'stead_no_such_database'" in message and "does not exist" in message
+
+
+@needs_postgres
+async def test_a_schema_written_by_a_newer_stead_is_refused(schema: str, opened: list[Any]) -> None:
+    from stead.store.postgres import SCHEMA_VERSION
+
+    store = await _open(_store(schema=schema))
+    await store.aclose()
+    conn = store.connect()
+    conn.execute("UPDATE stead_meta SET schema_version = %s", (SCHEMA_VERSION + 1,))
+    conn.close()
+    with pytest.raises(stead.SchemaVersionError, match=f"version {SCHEMA_VERSION + 1}, newer"):
+        await _open(_store(schema=schema))
+
+
+@needs_postgres
+async def test_processes_opening_one_schema_at_once_migrate_it_once(
+    schema: str, opened: list[Any]
+) -> None:
+    stores = [_store(schema=schema) for _ in range(4)]
+    found = await asyncio.gather(*(_open(s) for s in stores))
+    opened.extend(found)
+    conn = stores[0].connect()
+    rows = conn.execute("SELECT schema_version FROM stead_meta").fetchall()
+    conn.close()
+    assert len(rows) == 1
+
+
+@needs_postgres
+async def test_stores_sharing_a_schema_hand_out_event_sequences_once_and_in_commit_order(
+    schema: str, opened: list[Any]
+) -> None:
+    stores = [await _open(_store(schema=schema)) for _ in range(3)]
+    opened.extend(stores)
+
+    def emit(tx: Any, n: int) -> None:
+        for _ in range(n):
+            transitions.emit(tx, run_id="run-x", payload=StatusChanged(status="running"))
+
+    await asyncio.gather(
+        *(
+            store.transact(functools.partial(emit, n=1 + i % 3), durability="commit")
+            for i, store in enumerate(stores * 20)
+        )
+    )
+    events = await stores[0].read(lambda tx: tx.events_after(None, 0, 10_000))
+    assert [e.sequence for e in events] == list(range(1, 1 + sum(1 + i % 3 for i in range(60))))
+
+
+@needs_postgres
+async def test_a_closed_store_says_how_to_open_it(schema: str) -> None:
+    store = _store(schema=schema)
+    with pytest.raises(stead.StorageError, match="is not open"):
+        await store.read(lambda tx: None)
