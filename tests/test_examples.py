@@ -53,6 +53,10 @@ EXPECTED: dict[str, list[str]] = {
         "weather was looked up 1 time(s); v2's model was asked for turn(s) [2]",
     ],
     "run_agent.py": ["second call: job-1:", "the model was called 1 time(s)"],
+    "postgres.py": [
+        "pending approval approval:1:call_1_1: refund",
+        "outcome: Refund approved and issued.",
+    ],
 }
 
 
@@ -62,12 +66,22 @@ def test_there_are_examples_and_every_expectation_names_one() -> None:
     assert set(EXPECTED) <= names, f"expectations for missing examples: {set(EXPECTED) - names}"
 
 
+#: Examples that need a PostgreSQL server (STEAD_TEST_POSTGRES_URL); they write no file.
+POSTGRES_EXAMPLES = {"postgres.py"}
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
 def test_example_runs(example: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "STEAD_EXAMPLE_DIR": str(tmp_path)}
+    if example.name in POSTGRES_EXAMPLES:
+        url = os.environ.get("STEAD_TEST_POSTGRES_URL")
+        if not url:
+            pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+        env["STEAD_POSTGRES_URL"] = url
     done = subprocess.run(
         [sys.executable, str(example)],
         cwd=ROOT,
-        env={**os.environ, "STEAD_EXAMPLE_DIR": str(tmp_path)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=30,
@@ -77,4 +91,5 @@ def test_example_runs(example: Path, tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr, report
     for line in EXPECTED.get(example.name, []):
         assert line in done.stdout, f"{example.name} did not print {line!r}\n{report}"
-    assert any(tmp_path.rglob("*.db")), f"{example.name} wrote no database under STEAD_EXAMPLE_DIR"
+    if example.name not in POSTGRES_EXAMPLES:
+        assert any(tmp_path.rglob("*.db")), f"{example.name} wrote no database"

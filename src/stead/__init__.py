@@ -45,6 +45,7 @@ from .messages import (
 from .models import Model
 from .runner import run_agent
 from .runtime.runtime import Limits, Runtime
+from .store.postgres import PostgresStore
 from .store.sqlite import SqliteStore
 
 __version__ = "0.1.0"
@@ -74,6 +75,7 @@ __all__ = [
     "NotFoundError",
     "Operation",
     "OwnershipError",
+    "PostgresStore",
     "RetryPolicy",
     "Run",
     "RunBlocked",

@@ -4,7 +4,6 @@ a lock, and event sequences shared by several processes' stores."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -100,37 +99,54 @@ async def test_a_schema_written_by_a_newer_stead_is_refused(schema: str, opened:
 
 
 @needs_postgres
-async def test_processes_opening_one_schema_at_once_migrate_it_once(
+async def test_runtimes_opening_one_schema_at_once_migrate_it_once_and_one_owns_it(
     schema: str, opened: list[Any]
 ) -> None:
     stores = [_store(schema=schema) for _ in range(4)]
-    found = await asyncio.gather(*(_open(s) for s in stores))
-    opened.extend(found)
+    outcomes = await asyncio.gather(*(_open(s) for s in stores), return_exceptions=True)
+    opened.extend(o for o in outcomes if not isinstance(o, BaseException))
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(opened) == 1 and len(refused) == 3
+    for error in refused:
+        assert isinstance(error, stead.OwnershipError)
+        assert f"another stead runtime owns schema {schema!r}" in str(error)
     conn = stores[0].connect()
     rows = conn.execute("SELECT schema_version FROM stead_meta").fetchall()
     conn.close()
     assert len(rows) == 1
+    await opened.pop().aclose()  # the owner lock goes with the runtime: another may open now
+    opened.append(await _open(_store(schema=schema)))
 
 
 @needs_postgres
-async def test_stores_sharing_a_schema_hand_out_event_sequences_once_and_in_commit_order(
+async def test_transactions_on_many_connections_hand_out_sequences_once_in_commit_order(
     schema: str, opened: list[Any]
 ) -> None:
-    stores = [await _open(_store(schema=schema)) for _ in range(3)]
-    opened.extend(stores)
+    from stead.store.postgres import PostgresTx
 
-    def emit(tx: Any, n: int) -> None:
-        for _ in range(n):
-            transitions.emit(tx, run_id="run-x", payload=StatusChanged(status="running"))
+    store = await _open(_store(schema=schema))
+    opened.append(store)
+    connections = [store.connect() for _ in range(4)]
 
-    await asyncio.gather(
-        *(
-            store.transact(functools.partial(emit, n=1 + i % 3), durability="commit")
-            for i, store in enumerate(stores * 20)
+    def emit(conn: Any, count: int) -> None:
+        for _ in range(10):
+            conn.execute("BEGIN")
+            tx = PostgresTx(conn, store.clock)
+            for _ in range(count):
+                transitions.emit(tx, run_id="run-x", payload=StatusChanged(status="running"))
+            tx.write_events()
+            tx.write_sequence()
+            conn.execute("COMMIT")
+
+    try:
+        await asyncio.gather(
+            *(asyncio.to_thread(emit, conn, n) for n, conn in enumerate(connections, start=1))
         )
-    )
-    events = await stores[0].read(lambda tx: tx.events_after(None, 0, 10_000))
-    assert [e.sequence for e in events] == list(range(1, 1 + sum(1 + i % 3 for i in range(60))))
+    finally:
+        for conn in connections:
+            conn.close()
+    events = await store.read(lambda tx: tx.events_after(None, 0, 10_000))
+    assert [e.sequence for e in events] == list(range(1, 1 + 10 * (1 + 2 + 3 + 4)))
 
 
 @needs_postgres

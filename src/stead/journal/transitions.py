@@ -20,11 +20,22 @@ from ..errors import (
     ConflictError,
     LimitError,
     NotFoundError,
+    SteadError,
     StorageError,
     ValidationError,
     shown,
 )
-from .commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
+from .commands import (
+    Cancel,
+    Command,
+    Fork,
+    Resolve,
+    Respond,
+    Retry,
+    Submit,
+    command_from_json,
+    error_answer,
+)
 from .events import (
     InteractionRequested,
     InteractionResponded,
@@ -36,7 +47,7 @@ from .events import (
     operation_started,
 )
 from .keys import operation_id
-from .protocol import Tx
+from .protocol import InboxRow, Tx
 from .records import (
     RUNNABLE_STATUSES,
     Event,
@@ -52,6 +63,7 @@ from .records import (
 __all__ = [
     "Begun",
     "apply",
+    "apply_posted",
     "begin",
     "cancel",
     "complete",
@@ -687,6 +699,24 @@ def request_interaction(
             payload=payload,
         ),
     )
+
+
+def apply_posted(tx: Tx, command_id: int) -> InboxRow | None:
+    """Apply a command posted to the inbox here, as its owner would (see ``runtime.inbox``),
+    when no runtime owns the store: the command and its answer in one transaction, so it is
+    applied once. Returns the answered row (``None`` if there is no such command)."""
+    row = tx.get_command(command_id)
+    if row is None or row[2] != "posted":
+        return row
+    try:
+        answer = apply(tx, command_from_json(row[1]), None)
+    except StorageError:
+        raise
+    except SteadError as exc:
+        tx.answer_command(command_id, "failed", error_answer(exc))
+    else:
+        tx.answer_command(command_id, "applied", {"value": answer})
+    return tx.get_command(command_id)
 
 
 def emit(tx: Tx, run_id: str, payload: Payload) -> Event:

@@ -14,15 +14,20 @@ default). A URL's password never appears in an error, a ``repr`` or a log line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..._clock import Clock, SystemClock
-from ...errors import SchemaVersionError, StorageError, ValidationError
+from ...errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
+from ...journal.commands import Command
 from ...journal.protocol import Durability
 from ...journal.records import Event
 from ..migrate import migrations
+from .client import PostgresClient
 from .tx import PostgresTx
 from .writer import PostgresWriter
 
@@ -73,8 +78,12 @@ class PostgresStore:
         self.url = url
         self.schema = schema
         self.clock: Clock = clock or SystemClock()
-        self._where = _describe(url)
+        self.where = _describe(url)
+        #: The channel that wakes the owner when a client posts a command.
+        self.channel = f"stead_{schema}"
         self._writer: PostgresWriter | None = None
+        self._client: PostgresClient | None = None
+        self._listener: _Listener | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({_redacted(self.url)!r}, schema={self.schema!r})"
@@ -90,7 +99,7 @@ class PostgresStore:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
             raise StorageError(
-                f"cannot connect to PostgreSQL {self._where}: {_reason(exc, self.url)}; check "
+                f"cannot connect to PostgreSQL {self.where}: {_reason(exc, self.url)}; check "
                 "that the server is running and reachable, and the user, password and "
                 "database name in the URL"
             ) from None
@@ -99,7 +108,7 @@ class PostgresStore:
         except psycopg.Error as exc:
             conn.close()
             raise StorageError(
-                f"cannot use schema {self.schema!r} on PostgreSQL {self._where}: "
+                f"cannot use schema {self.schema!r} on PostgreSQL {self.where}: "
                 f"{_reason(exc, self.url)}"
             ) from None
         return conn
@@ -125,7 +134,7 @@ class PostgresStore:
                     )
                 if version > SCHEMA_VERSION:
                     raise SchemaVersionError(
-                        f"schema {self.schema!r} on PostgreSQL {self._where} has stead schema "
+                        f"schema {self.schema!r} on PostgreSQL {self.where} has stead schema "
                         f"version {version}, newer than this stead reads ({SCHEMA_VERSION}); "
                         "upgrade stead"
                     )
@@ -146,7 +155,7 @@ class PostgresStore:
                 raise
         except psycopg.Error as exc:
             raise StorageError(
-                f"cannot create or upgrade schema {self.schema!r} on PostgreSQL {self._where}: "
+                f"cannot create or upgrade schema {self.schema!r} on PostgreSQL {self.where}: "
                 f"{_reason(exc, self.url)}"
             ) from None
 
@@ -168,16 +177,60 @@ class PostgresStore:
             conn.close()
         psycopg = _psycopg()
         self.storage_errors = (psycopg.Error, OSError, MemoryError)
-        self._writer = PostgresWriter(
-            self.connect,
-            lambda connection, read_only: PostgresTx(connection, self.clock, read_only=read_only),
-            loop,
-            on_commit,
-            on_fatal,
-            storage_errors=self.storage_errors,
-            name=f"stead-postgres:{self.schema}",
-        )
+        listener = _Listener(self)
+        try:
+            self._writer = PostgresWriter(
+                self._connect_owner,
+                lambda connection, read_only: PostgresTx(
+                    connection, self.clock, read_only=read_only
+                ),
+                loop,
+                on_commit,
+                on_fatal,
+                storage_errors=self.storage_errors,
+                name=f"stead-postgres:{self.schema}",
+            )
+        except BaseException:
+            listener.stop()
+            raise
+        self._listener = listener
         return found
+
+    def _connect_owner(self) -> Any:
+        """The writer's connection, holding the schema's owner lock for as long as it lives."""
+        conn = self.connect()
+        if not self.guarded(lambda: self.try_owner_lock(conn)):
+            conn.close()
+            raise OwnershipError(
+                f"another stead runtime owns schema {self.schema!r} {self.where}; a schema has "
+                "one live runtime at a time: stop that one first, or give this app its own "
+                "schema (PostgresStore(url, schema=...))"
+            )
+        return conn
+
+    def try_owner_lock(self, conn: Any) -> bool:
+        """Take the schema's owner lock on ``conn`` if nobody holds it (blocking)."""
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (self._owner_key,))
+        return bool(row.fetchone()[0])
+
+    def release_owner_lock(self, conn: Any) -> None:
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (self._owner_key,))
+
+    @property
+    def _owner_key(self) -> str:
+        return f"stead-owner:{self.schema}"
+
+    def guarded(self, fn: Callable[[], T]) -> T:
+        """``fn()``, with a failure of the server or the connection as one
+        :class:`StorageError` naming the server (never the password)."""
+        psycopg = _psycopg()
+        try:
+            return fn()
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"PostgreSQL {self.where} failed: {_reason(exc, self.url)}; nothing of the "
+                "failed transaction was kept"
+            ) from None
 
     def transact(
         self,
@@ -206,13 +259,41 @@ class PostgresStore:
         return self._writer.amend(queued, fn)
 
     def changed_elsewhere(self) -> bool:
-        return False
+        """Whether a client posted a command since the last call (a notification), or, as a
+        fallback for a lost one, a few seconds passed."""
+        return self._listener is not None and self._listener.woken()
 
     async def aclose(self) -> None:
-        """Commit what is queued, then close."""
+        """Commit what is queued, then close (the owner lock goes with the connection)."""
         writer, self._writer = self._writer, None
+        listener, self._listener = self._listener, None
         if writer is not None:
             await writer.aclose()
+        if listener is not None:
+            await asyncio.to_thread(listener.stop)
+
+    # -- the store as a Client in any process uses it ----------------------------------------
+
+    def client_open(self) -> None:
+        """Open this store for a :class:`~stead.Client` (blocking): a connection that reads,
+        posts commands to the owner, or applies them when no runtime owns the schema."""
+        if self._client is None:
+            self._client = PostgresClient(self)
+
+    def client_close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def client_read(self, fn: Callable[[PostgresTx], T]) -> T:
+        self.client_open()
+        assert self._client is not None
+        return self._client.read(fn)
+
+    async def client_command(self, command: Command, *, timeout: float) -> object:
+        self.client_open()
+        assert self._client is not None
+        return await self._client.command(command, timeout=timeout)
 
     def _open_writer(self) -> PostgresWriter:
         if self._writer is None:
@@ -250,3 +331,43 @@ def _reason(exc: BaseException, url: str) -> str:
     if password:
         text = text.replace(str(password), "***")
     return text
+
+
+class _Listener:
+    """LISTENs on the store's channel on a thread of its own and remembers being woken."""
+
+    #: Seconds after which the owner looks at its inbox even without a notification.
+    fallback = 2.0
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._conn = store.connect()
+        self._conn.execute(f"LISTEN {store.channel}")
+        self._notified = threading.Event()
+        self._stopping = threading.Event()
+        self._last = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._main, name=f"stead-listen:{store.schema}", daemon=True
+        )
+        self._thread.start()
+
+    def woken(self) -> bool:
+        now = time.monotonic()
+        if self._notified.is_set() or now - self._last >= self.fallback:
+            self._notified.clear()
+            self._last = now
+            return True
+        return False
+
+    def _main(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                for _ in self._conn.notifies(timeout=0.25):
+                    self._notified.set()
+            except Exception:  # the connection failed: the fallback keeps the owner looking
+                self._stopping.wait(self.fallback)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):
+            self._conn.close()

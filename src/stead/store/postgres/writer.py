@@ -65,7 +65,11 @@ class PostgresWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
-        self._conn: Any = self._executor.submit(connect).result()
+        try:
+            self._conn: Any = self._executor.submit(connect).result()
+        except BaseException:
+            self._executor.shutdown(wait=True)
+            raise
         self.poisoned: StorageError | None = None
 
     def submit(

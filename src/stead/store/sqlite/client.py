@@ -19,15 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...errors import SchemaVersionError, SteadError, StorageError, ValidationError
+from ...errors import SchemaVersionError, StorageError, ValidationError
 from ...journal import transitions
 from ...journal.commands import (
     Command,
     answer_of,
-    command_from_json,
     command_to_json,
     describe,
-    error_answer,
 )
 from ...journal.protocol import InboxRow
 from ..migrate import SCHEMA_VERSION, schema_version, verify_schema
@@ -182,7 +180,7 @@ class ClientSide:
         if lock is None:
             return row
         try:
-            return self._write(lambda tx: _apply_posted(tx, command_id), lock)
+            return self._write(lambda tx: transitions.apply_posted(tx, command_id), lock)
         finally:
             os.close(lock)
 
@@ -228,19 +226,3 @@ class ClientSide:
         written = conn.execute(MAX_SEQUENCE_SQL).fetchone()
         reserved = conn.execute("SELECT sequence_reserved_through FROM stead_meta").fetchone()
         return max(int(written[0]), int(reserved[0] or 0)) + 1
-
-
-def _apply_posted(tx: SqliteTx, command_id: int) -> InboxRow | None:
-    """Apply a posted command as its owner would (see ``runtime.inbox``)."""
-    row = tx.get_command(command_id)
-    if row is None or row[2] != "posted":
-        return row
-    try:
-        answer = transitions.apply(tx, command_from_json(row[1]), None)
-    except StorageError:
-        raise
-    except SteadError as exc:
-        tx.answer_command(command_id, "failed", error_answer(exc))
-    else:
-        tx.answer_command(command_id, "applied", {"value": answer})
-    return tx.get_command(command_id)
