@@ -130,3 +130,42 @@ async def test_a_killed_runtime_frees_the_schema_and_its_manual_tool_needs_atten
         assert (await handle.run()).attention_key == "tool:1:w"
         await handle.resolve("tool:1:w", output="wired 500 (checked by hand)")
         assert (await handle.result(timeout=10)).output == "Wired."
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stead", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        check=False,
+    )
+
+
+async def test_the_stead_command_takes_a_postgresql_url_and_a_schema(schema: str) -> None:
+    wired: list[str] = []
+    app = _bank(wired)
+    async with await app.open(_store(schema)) as runtime:
+        run = await runtime.submit("bank", session_id="s", request_id="r", prompt="wire")
+        await _until(run, stead.RunStatus.WAITING)
+    where = ["--db", str(POSTGRES_URL), "--schema", schema]
+    listed = await asyncio.to_thread(_cli, "interactions", "list", *where, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (pending,) = json.loads(listed.stdout)["interactions"]
+    assert pending["key"] == "approval:1:w"
+    # the URL and the schema from the environment, as a deployment sets them
+    env = {"STEAD_DB": str(POSTGRES_URL), "STEAD_SCHEMA": schema}
+    approved = await asyncio.to_thread(_cli, "approve", pending["interaction_id"], env=env)
+    assert approved.returncode == 0, approved.stderr
+    shown = await asyncio.to_thread(_cli, "runs", "show", run.id, *where, "--json")
+    assert json.loads(shown.stdout)["run"]["status"] == "pending"
+    async with await app.open(_store(schema)) as runtime:
+        assert (await runtime.get_run(run.id).result(timeout=10)).output == "Wired 500."
+
+
+def test_the_stead_command_never_prints_a_password() -> None:
+    done = _cli("runs", "list", "--db", "postgresql://ana:hunter2-secret@127.0.0.1:1/orders")
+    assert done.returncode == 1
+    assert "hunter2-secret" not in done.stderr + done.stdout
+    assert "127.0.0.1:1, database 'orders'" in done.stderr

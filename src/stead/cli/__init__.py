@@ -1,6 +1,7 @@
 """The ``stead`` command: act on the runs of a stead database from any process.
 
-Every command takes ``--db PATH`` (or ``$STEAD_DB``; default ``./stead.db``) and ``--json``.
+Every command takes ``--db PATH`` or ``--db postgresql://...`` with ``--schema`` (or
+``$STEAD_DB``, ``$STEAD_SCHEMA``; default ``./stead.db``) and ``--json``.
 Reads and changes go through :class:`stead.Client` only, so they work the same whether a
 runtime owns the database (a change goes to its inbox and it applies it) or none is running
 (the change is applied in place and the next runtime continues the run).
@@ -35,8 +36,9 @@ def main() -> None:
       stead resolve RUN_ID KEY --output JSON | stead retry RUN_ID
       stead cancel RUN_ID | stead fork RUN_ID --before KEY
 
-    Every command takes --db PATH (or STEAD_DB; default ./stead.db) and --json. Exit status:
-    0 done, 1 an error (one line on stderr says what to do), 2 a usage error.
+    Every command takes --db PATH or --db postgresql://URL with --schema (or STEAD_DB,
+    STEAD_SCHEMA; default ./stead.db) and --json. Exit status: 0 done, 1 an error (one line
+    on stderr says what to do), 2 a usage error.
     """
 
 

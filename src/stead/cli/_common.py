@@ -19,6 +19,8 @@ from rich.console import Console, RenderableType
 
 from ..client import Client
 from ..errors import NotFoundError, SteadError
+from ..store.postgres import PostgresStore
+from ..store.postgres.store import redacted_url
 from ..store.sqlite import SqliteStore
 from ._render import inert
 
@@ -28,6 +30,7 @@ __all__ = [
     "emit_json",
     "fail",
     "json_option",
+    "open_store",
     "print_out",
     "timeout_option",
     "with_client",
@@ -42,7 +45,33 @@ console = Console(highlight=False, soft_wrap=False)
 err_console = Console(highlight=False, stderr=True)
 
 
+_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _remember_db(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A PostgreSQL URL is kept aside; commands see it without its password (they print it)."""
+    if value.startswith(_URL_SCHEMES):
+        ctx.meta["stead.url"] = value
+        return redacted_url(value)
+    return value
+
+
+def _remember_schema(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    ctx.meta["stead.schema"] = value
+    return value
+
+
 def db_option(fn: F) -> F:
+    fn = click.option(
+        "--schema",
+        default="stead",
+        envvar="STEAD_SCHEMA",
+        show_default=True,
+        show_envvar=True,
+        expose_value=False,
+        callback=_remember_schema,
+        help="The PostgreSQL schema that holds the journal (with a postgresql:// --db).",
+    )(fn)
     return click.option(
         "--db",
         "db",
@@ -50,10 +79,23 @@ def db_option(fn: F) -> F:
         envvar="STEAD_DB",
         show_default=True,
         show_envvar=True,
-        metavar="PATH",
-        type=click.Path(dir_okay=False),
-        help="The stead SQLite database (created by a runtime: App.open(stead.SqliteStore(path))).",
+        metavar="PATH|URL",
+        callback=_remember_db,
+        help="The stead SQLite database (created by a runtime: App.open(stead.SqliteStore(path))), "
+        "or a postgresql:// URL (the password is never printed).",
     )(fn)
+
+
+def open_store(db: str) -> Any:
+    """The store ``--db`` names: a PostgresStore for a postgresql:// URL, else a SqliteStore."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    url = meta.get("stead.url")
+    if url is not None and redacted_url(url) == db:
+        return PostgresStore(url, schema=meta.get("stead.schema", "stead"))
+    if db.startswith(_URL_SCHEMES):
+        return PostgresStore(db, schema=meta.get("stead.schema", "stead"))
+    return SqliteStore(db)
 
 
 def json_option(fn: F) -> F:
@@ -88,7 +130,7 @@ def with_client(db: str, action: Callable[[Client], Awaitable[T]], *, timeout: f
     """Run ``action`` with a client of the database at ``db``; stead's errors become one line."""
 
     async def main() -> T:
-        async with Client(SqliteStore(db), command_timeout=timeout) as client:
+        async with Client(open_store(db), command_timeout=timeout) as client:
             return await action(client)
 
     try:

@@ -65,7 +65,7 @@ class PostgresStore:
 
     def __init__(self, url: str, *, schema: str = "stead", clock: Clock | None = None) -> None:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
-            shown = url if not isinstance(url, str) else _redacted(url)
+            shown = url if not isinstance(url, str) else redacted_url(url)
             raise ValidationError(
                 f"PostgresStore takes a postgresql:// URL (postgresql://user@host:5432/dbname), "
                 f"not {shown!r}; for a SQLite file use stead.SqliteStore(path)"
@@ -86,7 +86,7 @@ class PostgresStore:
         self._listener: _Listener | None = None
 
     def __repr__(self) -> str:
-        return f"PostgresStore({_redacted(self.url)!r}, schema={self.schema!r})"
+        return f"PostgresStore({redacted_url(self.url)!r}, schema={self.schema!r})"
 
     # -- connecting and migrating ------------------------------------------------------------
 
@@ -319,8 +319,8 @@ def _describe(url: str) -> str:
     return f"at {where}, database {info.get('dbname') or info.get('user') or '(default)'!r}"
 
 
-def _redacted(url: str) -> str:
-    """The URL with its password replaced by ``***``."""
+def redacted_url(url: str) -> str:
+    """The URL with its password replaced by ``***`` (for messages and ``repr``)."""
     return re.sub(r"(?<=://)([^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
