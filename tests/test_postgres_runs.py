@@ -169,3 +169,113 @@ def test_the_stead_command_never_prints_a_password() -> None:
     assert done.returncode == 1
     assert "hunter2-secret" not in done.stderr + done.stdout
     assert "127.0.0.1:1, database 'orders'" in done.stderr
+
+
+def _shop(calls: list[str], fail_first: bool = False) -> stead.App:
+    """Runs that end up in every status: completed, waiting, failed, cancelled, queued."""
+
+    @stead.tool(recovery="idempotent", approval=lambda args: args["amount"] > 100)
+    async def refund(order: str, amount: int, ctx: stead.ToolContext) -> str:
+        """Refund an order."""
+        calls.append(ctx.operation_id)
+        return f"refunded {amount} on {order}"
+
+    def answer(request: stead.ModelRequest) -> Any:
+        # this run's prompt: the last user message (a session's history comes before it)
+        users = [m for m in request.messages if isinstance(m, stead.UserMessage)]
+        prompt = users[-1].content
+        last = request.messages[-1]
+        if prompt == "broken" and fail_first:
+            raise stead.ModelError("bad request", retryable=False)
+        if isinstance(last, stead.ToolResultMessage):
+            return f"done: {last.content}"
+        if prompt.startswith("refund"):
+            _, order, amount = prompt.split()
+            return [
+                stead.ToolCall(name="refund", arguments={"order": order, "amount": int(amount)})
+            ]
+        return f"echo {prompt}"
+
+    from stead.testing import FunctionModel
+
+    agent = stead.Agent(id="shop", version="1", model=FunctionModel(answer), tools=[refund])
+    return stead.App(agents=[agent])
+
+
+async def test_migrate_store_copies_every_status_and_the_workers_finish_the_rest(
+    schema: str, tmp_path: Path
+) -> None:
+    from tests._journal import journal_events
+
+    db = tmp_path / "shop.db"
+    calls: list[str] = []
+    async with await _shop(calls, fail_first=True).open(stead.SqliteStore(db)) as runtime:
+        done = await runtime.submit("shop", session_id="a", request_id="1", prompt="refund o1 20")
+        await done.result(timeout=10)
+        waiting = await runtime.submit(
+            "shop", session_id="b", request_id="1", prompt="refund o2 500"
+        )
+        await _until(waiting, stead.RunStatus.WAITING)
+        queued = await runtime.submit(
+            "shop", session_id="b", request_id="2", prompt="hello", enqueue=True
+        )
+        failed = await runtime.submit("shop", session_id="c", request_id="1", prompt="broken")
+        with pytest.raises(stead.RunFailed):
+            await failed.result(timeout=10)
+        cancelled = await runtime.submit(
+            "shop", session_id="d", request_id="1", prompt="refund o3 900"
+        )
+        await _until(cancelled, stead.RunStatus.WAITING)
+        await cancelled.cancel("customer withdrew")
+    before = journal_events(db)
+    source = db.read_bytes()
+
+    url = str(POSTGRES_URL)
+    moved = await asyncio.to_thread(
+        _cli, "migrate-store", str(db), url, "--schema", schema, "--json"
+    )
+    assert moved.returncode == 0, moved.stderr
+    report = json.loads(moved.stdout)
+    assert report["verified"] and report["rows"]["stead_runs"] == 5
+    assert db.read_bytes() == source  # the source is only read
+    again = await asyncio.to_thread(_cli, "migrate-store", str(db), url, "--schema", schema)
+    assert again.returncode == 1 and "is not empty (5 rows in stead_runs)" in again.stderr
+
+    async with stead.Client(_store(schema)) as client:
+        statuses = {r.id: r.status for r in (await client.list_runs()).runs}
+        copied = await client.run_record(done.id)
+        events = [e async for e in client.events(done.id)]
+    assert statuses == {
+        done.id: stead.RunStatus.COMPLETED,
+        waiting.id: stead.RunStatus.WAITING,
+        queued.id: stead.RunStatus.QUEUED,
+        failed.id: stead.RunStatus.FAILED,
+        cancelled.id: stead.RunStatus.CANCELLED,
+    }
+    assert copied.number == 1
+    assert [(e.sequence, e.kind, e.data) for e in events] == [
+        (e.sequence, e.kind, e.data) for e in before if e.run_id == done.id
+    ]
+
+    async with await _shop(calls).open(_store(schema)) as runtime:
+        (pending,) = await runtime.list_interactions(status="pending")
+        await runtime.get_run(waiting.id).respond(pending.interaction_id, stead.Approve())
+        assert (await runtime.get_run(waiting.id).result(timeout=10)).output.startswith("done")
+        assert (await runtime.get_run(queued.id).result(timeout=10)).output == "echo hello"
+        await runtime.get_run(failed.id).retry()
+        assert (await runtime.get_run(failed.id).result(timeout=10)).output == "echo broken"
+        every = await runtime.store.read(lambda tx: tx.events_after(None, 0, 1 << 40))
+    # sequences go on where SQLite left them: none reused, none skipped
+    assert [e.sequence for e in every] == list(range(1, len(every) + 1))
+    assert len(every) > len(before)
+    assert calls == [f"{done.id}/tool:1:call_1_1", f"{waiting.id}/tool:1:call_1_1"]
+
+
+async def test_migrate_store_refuses_a_file_a_runtime_owns(schema: str, tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+    async with await _shop([]).open(stead.SqliteStore(db)):
+        moved = await asyncio.to_thread(
+            _cli, "migrate-store", str(db), str(POSTGRES_URL), "--schema", schema
+        )
+    assert moved.returncode == 1
+    assert "a runtime owns" in moved.stderr and "stop it first" in moved.stderr

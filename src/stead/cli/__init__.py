@@ -13,6 +13,7 @@ import click
 
 from .demo import demo
 from .interactions import answer, approve, deny, interactions
+from .migrate_store import migrate_store
 from .operator import cancel, fork, resolve, retry
 from .runs import runs
 
@@ -35,6 +36,8 @@ def main() -> None:
     Operate on runs:
       stead resolve RUN_ID KEY --output JSON | stead retry RUN_ID
       stead cancel RUN_ID | stead fork RUN_ID --before KEY
+    Move to PostgreSQL:
+      stead migrate-store SQLITE_PATH postgresql://URL [--schema S]
 
     Every command takes --db PATH or --db postgresql://URL with --schema (or STEAD_DB,
     STEAD_SCHEMA; default ./stead.db) and --json. Exit status: 0 done, 1 an error (one line
@@ -52,3 +55,4 @@ main.add_command(retry)
 main.add_command(cancel)
 main.add_command(fork)
 main.add_command(demo)
+main.add_command(migrate_store)
