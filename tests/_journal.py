@@ -1,21 +1,78 @@
-"""Reading a journal's events as stead reads them, for tests that look at a database file."""
+"""Reading a journal as stead reads it, for tests that look at a database directly: a SQLite
+file (a path) or a PostgreSQL schema (:class:`PgJournal`)."""
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stead._clock import SystemClock
 from stead.journal.records import Event
 from stead.store.sqlite.tx import SqliteTx
 
 
-def journal_events(db: Path | str, run_id: str | None = None) -> list[Event]:
-    """Every event of the database (of one run), in sequence order: the event rows and the
+@dataclass(frozen=True)
+class PgJournal:
+    """A journal in schema ``schema`` of the PostgreSQL database at ``url``."""
+
+    url: str
+    schema: str
+
+    def store(self) -> Any:
+        from stead.store.postgres import PostgresStore
+
+        return PostgresStore(self.url, schema=self.schema)
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        """``sql`` written with ``?`` marks, in one read-only transaction."""
+        conn = self.store().connect()
+        try:
+            return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        finally:
+            conn.close()
+
+    def events(self, run_id: str | None = None) -> list[Event]:
+        from stead.store.postgres import PostgresTx
+
+        conn = self.store().connect()
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            tx = PostgresTx(conn, SystemClock(), read_only=True)
+            return tx.events_after(run_id, 0, 1 << 62)
+        finally:
+            conn.close()
+
+    def drop(self) -> None:
+        conn = self.store().connect()
+        try:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        finally:
+            conn.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+
+Journal = Path | str | PgJournal
+
+
+def journal_events(db: Journal, run_id: str | None = None) -> list[Event]:
+    """Every event of the journal (of one run), in sequence order: the event rows and the
     events that operation rows announce."""
+    if isinstance(db, PgJournal):
+        return db.events(run_id)
     conn = sqlite3.connect(db)
     try:
         tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
         return tx.events_after(run_id, 0, 1 << 62)
     finally:
         conn.close()
+
+
+def open_store(db: Journal) -> Any:
+    """A new store on the journal (not opened)."""
+    import stead
+
+    return db.store() if isinstance(db, PgJournal) else stead.SqliteStore(db)

@@ -4,6 +4,8 @@ Usage::
 
     python tests/crash/_child.py <scenario> <db> <ledger> <model-ledger> [options]
 
+``<db>`` is a SQLite path, or a ``postgresql://`` URL with ``--schema NAME``.
+
 Its side-effecting tools append one JSON line per execution to ``<ledger>`` (open, append, flush,
 fsync): that file is "the outside world", which a crash of this process cannot roll back. The
 model appends one line per call (``{"turn": n}``) to ``<model-ledger>``.
@@ -193,6 +195,20 @@ async def settle(handle: stead.RunHandle) -> stead.Run:
         await asyncio.sleep(0.01)
 
 
+async def _open(app: stead.App, store: Any) -> stead.Runtime:
+    """Open without resuming. On PostgreSQL, the server ends a killed owner's session (and its
+    owner lock) a moment after the kill: a restarted owner waits for that, as a supervisor's
+    restart would."""
+    for _ in range(200):
+        try:
+            return await app.open(store, resume=False)
+        except stead.OwnershipError:
+            if isinstance(store, stead.SqliteStore):
+                raise
+            await asyncio.sleep(0.05)
+    return await app.open(store, resume=False)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     app = build_app(
         args.scenario,
@@ -205,8 +221,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.crash:
         boundary, _, key = args.crash.partition("@")
         crash_at(boundary, key or "*")
-    store = stead.SqliteStore(args.db, fsync=args.fsync)
-    async with await app.open(store, resume=False) as runtime:
+    store: Any
+    if args.db.startswith("postgresql://"):
+        from stead.store.postgres import PostgresStore
+
+        store = PostgresStore(args.db, schema=args.schema)
+    else:
+        store = stead.SqliteStore(args.db, fsync=args.fsync)
+    async with await _open(app, store) as runtime:
         print("ready", flush=True)
         handle = await runtime.submit(
             AGENT_ID, session_id=args.session, request_id=args.request, prompt=PROMPT
@@ -236,6 +258,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kill-model-turn", type=int, help="die 0.2 s into this model call")
     parser.add_argument("--kill-model-turn-now", type=int, help="die as this model call starts")
     parser.add_argument("--fsync", default="barriers", choices=["barriers", "always"])
+    parser.add_argument("--schema", default="stead", help="with a postgresql:// db")
     parser.add_argument("--session", default="session-1")
     parser.add_argument("--request", default="request-1")
     return parser.parse_args(argv)

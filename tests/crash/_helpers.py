@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._journal import journal_events
+from .._journal import PgJournal, journal_events, open_store
 
 CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT = 60.0
@@ -23,17 +23,20 @@ CHILD_TIMEOUT = 60.0
 
 @dataclass
 class World:
-    """One database plus its two ledgers (the outside world and the model's call log)."""
+    """One journal (a SQLite file, or a PostgreSQL schema) plus its two ledgers (the outside
+    world and the model's call log)."""
 
-    db: Path
+    db: Path | PgJournal
     ledger: Path
     models: Path
 
     @classmethod
-    def create(cls, folder: Path) -> World:
-        return cls(folder / "stead.db", folder / "ledger.jsonl", folder / "models.jsonl")
+    def create(cls, folder: Path, journal: PgJournal | None = None) -> World:
+        db: Path | PgJournal = journal if journal is not None else folder / "stead.db"
+        return cls(db, folder / "ledger.jsonl", folder / "models.jsonl")
 
     def argv(self, scenario: str, *options: str) -> list[str]:
+        where = ["--schema", self.db.schema] if isinstance(self.db, PgJournal) else []
         return [
             sys.executable,
             str(CHILD),
@@ -41,8 +44,13 @@ class World:
             str(self.db),
             str(self.ledger),
             str(self.models),
+            *where,
             *options,
         ]
+
+    def store(self) -> Any:
+        """A new store on this world's journal (not opened)."""
+        return open_store(self.db)
 
     def effects(self) -> list[dict[str, Any]]:
         return read_jsonl(self.ledger)
@@ -140,7 +148,10 @@ def connect(db: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def query(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+def query(db: Path | PgJournal, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """``sql`` (with ``?`` marks) on the journal, read-only."""
+    if isinstance(db, PgJournal):
+        return db.query(sql, *params)
     with connect(db) as conn:
         return conn.execute(sql, params).fetchall()
 
@@ -160,7 +171,7 @@ class OpRow:
         return f"{self.run_id}/{self.key}"
 
 
-def operations(db: Path, run_id: str | None = None) -> dict[str, OpRow]:
+def operations(db: Path | PgJournal, run_id: str | None = None) -> dict[str, OpRow]:
     """Operations by operation id (``<run_id>/<key>``)."""
     sql = "SELECT run_id, key, kind, status, recovery, attempts, result FROM stead_operations"
     rows = query(db, sql + " WHERE run_id = ?", run_id) if run_id else query(db, sql)
@@ -170,17 +181,17 @@ def operations(db: Path, run_id: str | None = None) -> dict[str, OpRow]:
     return {op.operation_id: op for op in ops}
 
 
-def op_by_key(db: Path, run_id: str, key: str) -> OpRow:
+def op_by_key(db: Path | PgJournal, run_id: str, key: str) -> OpRow:
     found = operations(db, run_id).get(f"{run_id}/{key}")
     assert found is not None, f"run {run_id} has no operation {key}"
     return found
 
 
-def event_types(db: Path, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+def event_types(db: Path | PgJournal, run_id: str) -> list[tuple[str, dict[str, Any]]]:
     return [(e.kind, dict(e.data)) for e in journal_events(db, run_id)]
 
 
-def run_row(db: Path, run_id: str) -> dict[str, Any]:
+def run_row(db: Path | PgJournal, run_id: str) -> dict[str, Any]:
     rows = query(db, "SELECT status, attention_key, outcome FROM stead_runs WHERE id = ?", run_id)
     assert rows, f"no run {run_id}"
     status, blocked, outcome = rows[0]
@@ -191,18 +202,19 @@ def run_row(db: Path, run_id: str) -> dict[str, Any]:
     }
 
 
-def check_store(db: Path) -> None:
+def check_store(db: Path | PgJournal) -> None:
     """What must hold in any journal at any moment: SQLite integrity, gap-free sequences,
     events in step with operations."""
-    with connect(db) as conn:
-        integrity = conn.execute("PRAGMA integrity_check").fetchall()
-        assert integrity == [("ok",)], integrity
+    if not isinstance(db, PgJournal):
+        with connect(db) as conn:
+            integrity = conn.execute("PRAGMA integrity_check").fetchall()
+            assert integrity == [("ok",)], integrity
     sequences = [e.sequence for e in journal_events(db)]
     assert sequences == list(range(1, len(sequences) + 1)), f"sequence gap: {sequences}"
     check_events_match_operations(db)
 
 
-def check_events_match_operations(db: Path) -> None:
+def check_events_match_operations(db: Path | PgJournal) -> None:
     """Each event commits with the state change it reports: an operation has one
     ``<kind>_started`` event per recorded attempt, and one ``<kind>_completed`` event if and
     only if it is completed."""
@@ -226,7 +238,7 @@ def check_events_match_operations(db: Path) -> None:
     assert not orphans, f"events of operations the journal does not have: {sorted(orphans)}"
 
 
-def check_ledger_against_journal(db: Path, effects: list[dict[str, Any]]) -> None:
+def check_ledger_against_journal(db: Path | PgJournal, effects: list[dict[str, Any]]) -> None:
     """The outside world agrees with the journal.
 
     * every effect of an ``idempotent`` or ``manual`` tool belongs to an operation the journal

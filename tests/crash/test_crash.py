@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stead
 
-from .._journal import journal_events
+from .._journal import PgJournal, journal_events
 from . import _child
 from ._helpers import (
     World,
@@ -35,9 +38,22 @@ TOOL_KEY = "tool:1:call_1_1"
 RECEIPT = {"item": "a", "receipt": "receipt-a"}
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World.create(tmp_path)
+POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    """The journal of each test on both backends (PostgreSQL: a schema of its own)."""
+    if request.param == "sqlite":
+        yield World.create(tmp_path)
+        return
+    if not POSTGRES_URL:
+        pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+    journal = PgJournal(POSTGRES_URL, f"crash_{secrets.token_hex(6)}")
+    try:
+        yield World.create(tmp_path, journal)
+    finally:
+        journal.drop()
 
 
 def open_app(world: World, *, policy: str) -> stead.App:
@@ -209,7 +225,7 @@ async def test_effect_done_manual_needs_attention_then_resolve(world: World) -> 
     # this process (a third one) reopens, a person resolves with what the outside world shows
     resolved = {"item": "a", "receipt": "checked-by-a-person"}
     app = open_app(world, policy="manual")
-    async with await app.open(stead.SqliteStore(world.db)) as runtime:
+    async with await app.open(world.store()) as runtime:
         handle = runtime.get_run(run_id)
         snapshot = await handle.snapshot()
         assert snapshot.run.status == stead.RunStatus.NEEDS_ATTENTION
@@ -235,7 +251,7 @@ async def test_manual_intent_reopened_as_safe_stays_blocked(world: World) -> Non
     run_id = only_run_id(world)
 
     app = open_app(world, policy="safe")  # the tool is now registered as safe
-    async with await app.open(stead.SqliteStore(world.db)) as runtime:
+    async with await app.open(world.store()) as runtime:
         run = await wait_settled(runtime.get_run(run_id))
         assert run.status == stead.RunStatus.NEEDS_ATTENTION
         assert run.attention_key == TOOL_KEY
@@ -263,7 +279,7 @@ async def test_manual_intent_committed_then_retry_runs_once(world: World) -> Non
     assert (op.status, op.recovery) == ("started", "manual")
 
     app = open_app(world, policy="manual")
-    async with await app.open(stead.SqliteStore(world.db)) as runtime:
+    async with await app.open(world.store()) as runtime:
         handle = runtime.get_run(run_id)
         run = await wait_settled(handle)
         assert run.status == stead.RunStatus.NEEDS_ATTENTION
@@ -302,7 +318,7 @@ async def test_completed_run_returns_stored_outcome(world: World) -> None:
 
     # and this process reads it through get_run
     app = open_app(world, policy="idempotent")
-    async with await app.open(stead.SqliteStore(world.db)) as runtime:
+    async with await app.open(world.store()) as runtime:
         result = await runtime.get_run(run_id).result()
     assert result.output == first["output"] == done_output(RECEIPT)
     assert world.model_turns() == [1, 2]
@@ -316,6 +332,8 @@ async def test_completed_run_returns_stored_outcome(world: World) -> None:
 
 @pytest.mark.parametrize("fsync", ["always", "barriers"])
 def test_result_committed_survives_kill(world: World, fsync: str) -> None:
+    if isinstance(world.db, PgJournal) and fsync == "always":
+        pytest.skip("fsync modes are SQLite's; PostgreSQL runs this once")
     # safe: its result commit is not a barrier, so in "barriers" mode it is not flushed
     run_killed(
         world,

@@ -15,13 +15,17 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import secrets
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 import stead
 
+from .._journal import PgJournal
 from . import _child
 from ._helpers import (
     CHILD_TIMEOUT,
@@ -103,7 +107,22 @@ def run_harness(world: World, rng: random.Random, expected: str) -> tuple[int, i
     return kills, launches, runs
 
 
-def test_random_sigkills_never_lose_or_repeat_committed_work(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_random_sigkills_never_lose_or_repeat_committed_work(tmp_path: Path, backend: str) -> None:
+    journal: PgJournal | None = None
+    if backend == "postgres":
+        url = os.environ.get("STEAD_TEST_POSTGRES_URL")
+        if not url:
+            pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+        journal = PgJournal(url, f"kills_{secrets.token_hex(6)}")
+    try:
+        _harness(tmp_path, journal)
+    finally:
+        if journal is not None:
+            journal.drop()
+
+
+def _harness(tmp_path: Path, journal: PgJournal | None) -> None:
     seed = int(os.environ.get("STEAD_KILL_SEED") or time.time_ns() % 2**32)
     print(f"kill harness seed: {seed} (replay with STEAD_KILL_SEED={seed})")
     rng = random.Random(seed)
@@ -112,7 +131,7 @@ def test_random_sigkills_never_lose_or_repeat_committed_work(tmp_path: Path) -> 
     expected = asyncio.run(baseline_output(baseline))
     assert expected.startswith(f"calls={_child.multi_expected_tool_calls()} ")
 
-    world = World.create(tmp_path)
+    world = World.create(tmp_path, journal)
     started = time.monotonic()
     try:
         kills, launches, runs = run_harness(world, rng, expected)
