@@ -71,8 +71,12 @@ def journal_events(db: Journal, run_id: str | None = None) -> list[Event]:
         conn.close()
 
 
-def open_store(db: Journal) -> Any:
-    """A new store on the journal (not opened)."""
+def open_store(db: Journal, **options: Any) -> Any:
+    """A new store on the journal (not opened); ``options`` such as ``clock``."""
     import stead
 
-    return db.store() if isinstance(db, PgJournal) else stead.SqliteStore(db)
+    if isinstance(db, PgJournal):
+        from stead.store.postgres import PostgresStore
+
+        return PostgresStore(db.url, schema=db.schema, **options)
+    return stead.SqliteStore(db, **options)

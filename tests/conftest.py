@@ -1,16 +1,38 @@
 from __future__ import annotations
 
+import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stead
 
+from ._journal import PgJournal
+
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     """A fresh database path."""
     return str(tmp_path / "stead.db")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | PgJournal]:
+    """A fresh journal on each backend: a SQLite path, or a PostgreSQL schema of its own
+    (skipped without STEAD_TEST_POSTGRES_URL). Open it with ``tests._journal.open_store``."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "stead.db")
+        return
+    url = os.environ.get("STEAD_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+    journal = PgJournal(url, f"t_{secrets.token_hex(6)}")
+    try:
+        yield journal
+    finally:
+        journal.drop()
 
 
 def ledger_tool(calls: list[str], *, name: str = "charge", recovery: str = "idempotent"):

@@ -14,6 +14,14 @@ import pytest
 import stead
 from stead.testing import FunctionModel, ScriptedModel
 
+from ._journal import PgJournal, open_store
+
+
+@pytest.fixture
+def db(any_db: object) -> object:
+    """Every test here that takes ``db`` runs on SQLite and on PostgreSQL."""
+    return any_db
+
 
 def _gated_agent(ran: list[str]) -> stead.Agent:
     @stead.tool(recovery="manual", approval=True)
@@ -38,10 +46,10 @@ async def _until(run: stead.RunHandle, status: stead.RunStatus) -> stead.Run:
 async def test_a_client_answers_through_the_owners_inbox(db: str) -> None:
     ran: list[str] = []
     app = stead.App(agents=[_gated_agent(ran)])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.WAITING)
-        async with stead.Client(stead.SqliteStore(db)) as client:
+        async with stead.Client(open_store(db)) as client:
             (pending,) = await client.list_interactions()
             assert (pending.tool, pending.arguments) == ("pay", {"amount": 5})
             await client.respond(pending.interaction_id, stead.Approve(reviewer="ana"))
@@ -61,15 +69,15 @@ async def test_a_client_answers_through_the_owners_inbox(db: str) -> None:
 async def test_with_no_live_owner_the_client_applies_the_command_itself(db: str) -> None:
     ran: list[str] = []
     app = stead.App(agents=[_gated_agent(ran)])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.WAITING)
-    async with stead.Client(stead.SqliteStore(db)) as client:
+    async with stead.Client(open_store(db)) as client:
         (pending,) = await client.list_interactions()
         await client.respond(pending.interaction_id, stead.Approve())
         assert (await client.run_record(run.id)).status is stead.RunStatus.PENDING
         assert await client.list_interactions() == []
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         outcome = await runtime.get_run(run.id).result(timeout=10)
     assert outcome.output == "done" and ran == ["pay 5"]
 
@@ -77,16 +85,16 @@ async def test_with_no_live_owner_the_client_applies_the_command_itself(db: str)
 async def test_a_command_the_owner_does_not_apply_times_out_naming_it(db: str) -> None:
     ran: list[str] = []
     app = stead.App(agents=[_gated_agent(ran)])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.WAITING)
         runtime._inbox.halt()  # an owner that stopped draining
-        async with stead.Client(stead.SqliteStore(db), command_timeout=0.3) as client:
+        async with stead.Client(open_store(db), command_timeout=0.3) as client:
             (pending,) = await client.list_interactions()
             with pytest.raises(TimeoutError, match=r"respond\(int_.*stays in the inbox"):
                 await client.respond(pending.interaction_id, stead.Approve())
     # The next owner applies the posted command: the run completes.
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         outcome = await runtime.get_run(run.id).result(timeout=10)
     assert outcome.output == "done" and ran == ["pay 5"]
 
@@ -94,10 +102,10 @@ async def test_a_command_the_owner_does_not_apply_times_out_naming_it(db: str) -
 async def test_client_commands_resolve_retry_cancel_and_fork(db: str) -> None:
     agent = stead.Agent(id="a", version="1", model=ScriptedModel(["one", "two"]))
     app = stead.App(agents=[agent])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         first = await runtime.submit("a", session_id="s", request_id="r1", prompt="go")
         await first.result(timeout=10)
-        async with stead.Client(stead.SqliteStore(db)) as client:
+        async with stead.Client(open_store(db)) as client:
             fork = await client.fork(first.id, before="model:1")
             assert (await fork.result(timeout=10)).output == "one"
             with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
@@ -126,32 +134,30 @@ async def test_run_agent_raises_run_blocked_instead_of_hanging(db: str) -> None:
     ran: list[str] = []
     with pytest.raises(stead.RunBlocked, match=r"stead approve int_\w+ --db") as blocked:
         await asyncio.wait_for(
-            stead.run_agent(_gated_agent(ran), "go", store=stead.SqliteStore(db), run_id="job-1"),
+            stead.run_agent(_gated_agent(ran), "go", store=open_store(db), run_id="job-1"),
             10,
         )
     assert blocked.value.run_id == "job-1" and blocked.value.status == "waiting"
     (pending,) = blocked.value.interactions
-    async with stead.Client(stead.SqliteStore(db)) as client:
+    async with stead.Client(open_store(db)) as client:
         await client.respond(pending.interaction_id, stead.Approve())  # type: ignore[attr-defined]
-    outcome = await stead.run_agent(
-        _gated_agent(ran), "go", store=stead.SqliteStore(db), run_id="job-1"
-    )
+    outcome = await stead.run_agent(_gated_agent(ran), "go", store=open_store(db), run_id="job-1")
     assert outcome.output == "done" and ran == ["pay 5"]
 
 
 async def test_run_agent_names_the_resolve_command_of_a_needs_attention_run(db: str) -> None:
     agent = stead.Agent(id="a", version="1", model=ScriptedModel(["x"]))
     app = stead.App(agents=[agent])
-    async with await app.open(stead.SqliteStore(db)):
+    async with await app.open(open_store(db)):
         pass
     other = stead.Agent(id="a", version="2", model=ScriptedModel(["x"]))
-    async with await stead.App(agents=[other]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[other]).open(open_store(db)) as runtime:
         await runtime.submit(
             "a", session_id="job-2", request_id="job-2", prompt="go", run_id="job-2"
         )
     with pytest.raises(stead.RunBlocked, match="stead retry job-2"):
         await asyncio.wait_for(
-            stead.run_agent(agent, "go", store=stead.SqliteStore(db), run_id="job-2"), 10
+            stead.run_agent(agent, "go", store=open_store(db), run_id="job-2"), 10
         )
 
 
@@ -168,7 +174,7 @@ async def test_a_tool_that_raises_is_logged_and_keeps_its_traceback(
     )
     agent = stead.Agent(id="a", version="1", model=model, tools=[lookup])
     with caplog.at_level(logging.WARNING, logger="stead"):
-        async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+        async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
             run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
             outcome = await run.result(timeout=10)
             snapshot = await run.snapshot()
@@ -195,7 +201,7 @@ async def test_a_provider_request_is_counted_once(db: str) -> None:
         return "ok"
 
     agent = stead.Agent(id="a", version="1", model=FunctionModel(answer), tools=[noop])
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         outcome = await run.result(timeout=10)
         snapshot = await run.snapshot()
@@ -207,8 +213,8 @@ async def test_a_provider_request_is_counted_once(db: str) -> None:
 async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: str) -> None:
     agent = stead.Agent(id="a", version="7", model=ScriptedModel(["hi", "hi"]))
     app = stead.App(agents=[agent])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
-        async with stead.Client(stead.SqliteStore(db)) as client:
+    async with await app.open(open_store(db)) as runtime:
+        async with stead.Client(open_store(db)) as client:
             run = await client.submit("a", session_id="s", request_id="r", prompt="go")
             assert (await run.result(timeout=10)).output == "hi"
             assert (await run.run()).version == "7"
@@ -217,11 +223,11 @@ async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: st
             with pytest.raises(stead.NotFoundError, match="unknown agent 'b'"):
                 await client.submit("b", session_id="s2", request_id="r", prompt="go")
         assert runtime.health()["ok"]
-    async with stead.Client(stead.SqliteStore(db)) as client:
+    async with stead.Client(open_store(db)) as client:
         with pytest.raises(stead.ValidationError, match="pass version="):
             await client.submit("a", session_id="s3", request_id="r", prompt="go")
         queued = await client.submit("a", session_id="s3", request_id="r", prompt="go", version="7")
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         assert (await runtime.get_run(queued.id).result(timeout=10)).output == "hi"
 
 
@@ -234,15 +240,18 @@ async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> N
     agent = stead.Agent(id="a", version="1", model=ScriptedModel(["one", "two"]))
     app = stead.App(agents=[agent])
     async with (
-        await app.open(stead.SqliteStore(db, clock=clock)),
-        stead.Client(stead.SqliteStore(db)) as client,
+        await app.open(open_store(db, clock=clock)),
+        stead.Client(open_store(db)) as client,
     ):
         first = await client.submit("a", session_id="s1", request_id="r", prompt="go")
         await first.result(timeout=10)
         clock.advance(seconds=2 * 3600)
         second = await client.submit("a", session_id="s2", request_id="r", prompt="go")
         await second.result(timeout=10)
-    conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT command FROM stead_inbox").fetchall()
-    conn.close()
+    if isinstance(db, PgJournal):
+        rows = db.query("SELECT command FROM stead_inbox")
+    else:
+        conn = sqlite3.connect(db)
+        rows = conn.execute("SELECT command FROM stead_inbox").fetchall()
+        conn.close()
     assert len(rows) == 1 and '"s2"' in rows[0][0]

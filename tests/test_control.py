@@ -9,6 +9,14 @@ import pytest
 import stead
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
+from ._journal import open_store
+
+
+@pytest.fixture
+def db(any_db: object) -> object:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return any_db
+
 
 async def _until(run: stead.RunHandle, status: stead.RunStatus) -> stead.Run:
     for _ in range(500):
@@ -47,13 +55,13 @@ async def test_retry_wait_survives_a_restart_and_fires_at_its_time(db: str) -> N
         model_retry=stead.RetryPolicy(max_attempts=3, initial_delay=10, max_delay=60),
     )
     app = stead.App(agents=[agent])
-    async with await app.open(stead.SqliteStore(db, clock=clock)) as runtime:
+    async with await app.open(open_store(db, clock=clock)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         waiting = await _until(run, stead.RunStatus.RETRY_WAIT)
     assert waiting.next_attempt_at is not None
     delay = (waiting.next_attempt_at - clock.now()).total_seconds()
     assert 5 <= delay <= 10  # exponential step 10 s, jittered down to no less than half
-    async with await app.open(stead.SqliteStore(db, clock=clock)) as runtime:
+    async with await app.open(open_store(db, clock=clock)) as runtime:
         handle = runtime.get_run(run.id)
         await asyncio.sleep(0.1)
         assert await handle.status() is stead.RunStatus.RETRY_WAIT  # not before its time
@@ -74,7 +82,7 @@ async def test_retry_after_from_the_provider_is_honoured(db: str) -> None:
         model=_flaky(1, retry_after=42.0),
         model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=1, max_delay=60),
     )
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
+    async with await stead.App(agents=[agent]).open(open_store(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
         waiting = await _until(run, stead.RunStatus.RETRY_WAIT)
         assert waiting.next_attempt_at is not None
@@ -92,7 +100,7 @@ async def test_exhausted_attempts_fail_the_run_and_retry_continues(db: str) -> N
         model=model,
         model_retry=stead.RetryPolicy(max_attempts=2, initial_delay=1, max_delay=1),
     )
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)) as rt:
+    async with await stead.App(agents=[agent]).open(open_store(db, clock=clock)) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.RETRY_WAIT)
         clock.advance(1)
@@ -110,7 +118,7 @@ async def test_non_retryable_model_errors_fail_at_once(db: str) -> None:
         raise stead.ModelError("invalid api key; check OPENAI_API_KEY", status_code=401)
 
     agent = stead.Agent(id="a", version="1", model=FunctionModel(answer))
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         with pytest.raises(stead.RunFailed, match="check OPENAI_API_KEY"):
             await run.result()
@@ -150,13 +158,13 @@ async def test_budget_is_enforced_from_committed_totals_across_a_restart(db: str
         return original(request)
 
     model.fn = slow  # type: ignore[assignment]
-    runtime = await stead.App(agents=[agent]).open(stead.SqliteStore(db))
+    runtime = await stead.App(agents=[agent]).open(open_store(db))
     run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
     while len(model.requests) < 3:
         await asyncio.sleep(0.01)
     await runtime.close()
     gate.set()
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         with pytest.raises(
             stead.RunFailed, match=r"budget max_tokens \(100\) reached: 120"
         ) as failed:
@@ -175,7 +183,7 @@ async def test_budget_breach_can_ask_a_person(db: str) -> None:
         max_turns=10,
         budget=stead.Budget(max_tokens=100, on_breach="approve"),
     )
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await _until(run, stead.RunStatus.WAITING)
         (ask,) = await runtime.list_interactions()
@@ -202,7 +210,7 @@ async def test_fork_reuses_results_before_the_key_and_continues_on_todays_code(d
     first = ScriptedModel([*script, "first answer"])
     agent = stead.Agent(id="a", version="1", model=first, tools=[look], max_turns=10)
     app = stead.App(agents=[agent])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         original = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await original.result()
         assert calls == [0, 1, 2]
@@ -238,7 +246,7 @@ async def test_snapshot_checkpoint_is_the_simple_view(db: str) -> None:
 
     model = ScriptedModel([[stead.ToolCall(name="look", arguments={"n": 1}, id="c")], "two"])
     agent = stead.Agent(id="a", version="1", model=model, tools=[look])
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await run.result()
         checkpoint = (await run.snapshot()).checkpoint
@@ -266,7 +274,7 @@ async def test_limit_hit_during_execution_needs_attention(db: str) -> None:
     model = ScriptedModel([[stead.ToolCall(name="big", arguments={}, id="b")], "done"])
     agent = stead.Agent(id="a", version="1", model=model, tools=[big])
     limits = stead.Limits(max_payload_bytes=2000, max_operations_per_run=10)
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db), limits=limits) as rt:
+    async with await stead.App(agents=[agent]).open(open_store(db), limits=limits) as rt:
         run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
         record = await _until(run, stead.RunStatus.NEEDS_ATTENTION)
     assert record.error is not None
@@ -282,7 +290,7 @@ async def test_max_pending_runs_is_checked_at_submit(db: str) -> None:
 
     agent = stead.Agent(id="a", version="1", model=FunctionModel(answer))
     limits = stead.Limits(max_pending_runs=2)
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db), limits=limits) as rt:
+    async with await stead.App(agents=[agent]).open(open_store(db), limits=limits) as rt:
         await rt.submit("a", session_id="s1", request_id="r", prompt="go")
         await rt.submit("a", session_id="s2", request_id="r", prompt="go")
         with pytest.raises(stead.LimitError, match=r"max_pending_runs \(2\) reached"):
@@ -295,8 +303,8 @@ async def test_max_pending_runs_is_checked_at_submit(db: str) -> None:
 async def test_run_agent_resumes_or_returns_the_stored_outcome(db: str) -> None:
     model = ScriptedModel(["hello"])
     agent = stead.Agent(id="a", version="1", model=model)
-    first = await stead.run_agent(agent, "hi", store=stead.SqliteStore(db), run_id="job-1")
-    again = await stead.run_agent(agent, "hi", store=stead.SqliteStore(db), run_id="job-1")
+    first = await stead.run_agent(agent, "hi", store=open_store(db), run_id="job-1")
+    again = await stead.run_agent(agent, "hi", store=open_store(db), run_id="job-1")
     assert first.output == again.output == "hello"
     assert first.run_id == again.run_id == "job-1"
     assert len(model.requests) == 1
@@ -318,7 +326,7 @@ async def test_cost_per_response_and_per_run_with_an_overridable_price_table(db:
     )
     prices = {**DEFAULT_PRICES, "my:model": Price(input=2.0, output=8.0)}
     app = stead.App(agents=[agent], prices=prices)
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await run.result()
         events = [e async for e in run.events()]
@@ -332,7 +340,7 @@ async def test_max_cost_budget_needs_a_price(db: str) -> None:
     agent = stead.Agent(
         id="a", version="1", model=ScriptedModel(["x"]), budget=stead.Budget(max_cost_usd=1)
     )
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         with pytest.raises(stead.RunFailed, match="no price for model 'stead:scripted'"):
             await run.result()

@@ -9,6 +9,14 @@ import pytest
 import stead
 from stead.testing import ScriptedModel
 
+from ._journal import open_store
+
+
+@pytest.fixture
+def db(any_db: object) -> object:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return any_db
+
 
 def _refund_agent(
     calls: list[str], model: stead.Model, *, approval: object = True, recovery: str = "idempotent"
@@ -50,7 +58,7 @@ async def test_two_pending_approvals_answered_in_either_order(
     model = _two_refunds()
     echo = stead.Agent(id="echo", version="1", model=ScriptedModel(["hi"]))
     app = stead.App(agents=[_refund_agent(calls, model), echo])
-    async with await app.open(stead.SqliteStore(db), max_concurrent_runs=1) as runtime:
+    async with await app.open(open_store(db), max_concurrent_runs=1) as runtime:
         run = await runtime.submit("support", session_id="s", request_id="r", prompt="refund")
         await _wait_status(run, stead.RunStatus.WAITING)
         pending = await runtime.list_interactions(status="pending")
@@ -84,7 +92,7 @@ async def test_two_pending_approvals_answered_in_either_order(
 async def test_respond_is_recorded_exactly_once(db: str) -> None:
     calls: list[str] = []
     app = stead.App(agents=[_refund_agent(calls, _two_refunds())])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("support", session_id="s", request_id="r", prompt="refund")
         await _wait_status(run, stead.RunStatus.WAITING)
         first, second = await runtime.list_interactions()
@@ -106,7 +114,7 @@ async def test_respond_is_recorded_exactly_once(db: str) -> None:
 async def test_approval_predicate_gates_only_matching_calls(db: str) -> None:
     calls: list[str] = []
     agent = _refund_agent(calls, _two_refunds(), approval=lambda args: args["amount"] > 100)
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("support", session_id="s", request_id="r", prompt="refund")
         await _wait_status(run, stead.RunStatus.WAITING)
         assert calls == [f"{run.id}/tool:1:a:10"]  # the small refund ran while b waits
@@ -132,7 +140,7 @@ async def test_tool_can_ask_for_approval_while_running(db: str) -> None:
         [[stead.ToolCall(name="wire", arguments={"amount": 5000}, id="w")], "sent"]
     )
     agent = stead.Agent(id="bank", version="1", model=model, tools=[wire])
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("bank", session_id="s", request_id="r", prompt="wire")
         await _wait_status(run, stead.RunStatus.WAITING)
         (pending,) = await runtime.list_interactions()
@@ -152,7 +160,7 @@ async def test_ask_user_waits_for_an_answer(db: str) -> None:
         ]
     )
     agent = stead.Agent(id="a", version="1", model=model, tools=[stead.ask_user])
-    async with await stead.App(agents=[agent]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="help")
         await _wait_status(run, stead.RunStatus.WAITING)
         (question,) = await runtime.list_interactions(session_id="s")
@@ -169,12 +177,12 @@ async def test_ask_user_waits_for_an_answer(db: str) -> None:
 async def test_a_pending_approval_survives_a_restart_and_awaiting_approves_nothing(db: str) -> None:
     calls: list[str] = []
     app = stead.App(agents=[_refund_agent(calls, _two_refunds())])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("support", session_id="s", request_id="r", prompt="refund")
         await _wait_status(run, stead.RunStatus.WAITING)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(run.result(), 0.2)
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         await asyncio.sleep(0.1)
         handle = runtime.get_run(run.id)
         assert await handle.status() is stead.RunStatus.WAITING
@@ -188,7 +196,7 @@ async def test_a_pending_approval_survives_a_restart_and_awaiting_approves_nothi
 async def test_cancel_while_waiting_cancels_the_interactions(db: str) -> None:
     calls: list[str] = []
     app = stead.App(agents=[_refund_agent(calls, _two_refunds())])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("support", session_id="s", request_id="r", prompt="refund")
         await _wait_status(run, stead.RunStatus.WAITING)
         interaction = (await runtime.list_interactions())[0]

@@ -10,6 +10,7 @@ import pytest
 import stead
 from stead.testing import FunctionModel, ScriptedModel
 
+from ._journal import Journal, PgJournal, journal_events, open_store
 from .conftest import ledger_tool
 
 
@@ -31,7 +32,15 @@ def _agent(
     )
 
 
-def _rows(db: str, sql: str) -> list[tuple[object, ...]]:
+@pytest.fixture
+def db(any_db: object) -> object:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return any_db
+
+
+def _rows(db: Journal, sql: str) -> list[tuple[object, ...]]:
+    if isinstance(db, PgJournal):
+        return db.query(sql)
     conn = sqlite3.connect(db)
     try:
         return conn.execute(sql).fetchall()
@@ -51,7 +60,7 @@ async def test_tool_loop_runs_and_journals_every_step(db: str) -> None:
         ]
     )
     app = stead.App(agents=[_agent(model, [ledger_tool(calls)])])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="charge")
         outcome = await run.result()
         snapshot = await run.snapshot()
@@ -80,14 +89,14 @@ async def test_tool_loop_runs_and_journals_every_step(db: str) -> None:
 
 async def test_identical_submission_returns_the_original_run_also_after_restart(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["hi"]))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         first = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
         again = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
         assert again.id == first.id
         await first.result()
         with pytest.raises(stead.ConflictError, match="different submission"):
             await runtime.submit("agent", session_id="s", request_id="r", prompt="other")
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         after = await runtime.submit("agent", session_id="s", request_id="r", prompt="hello")
         assert after.id == first.id
         assert (await after.result()).output == "hi"
@@ -104,7 +113,7 @@ async def test_busy_session_conflicts_unless_enqueued_and_history_carries_over(d
 
     model = FunctionModel(answer)
     app = stead.App(agents=[_agent(model)])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         first = await runtime.submit("agent", session_id="s", request_id="1", prompt="first")
         with pytest.raises(stead.ConflictError, match="enqueue=True"):
             await runtime.submit("agent", session_id="s", request_id="2", prompt="second")
@@ -134,7 +143,7 @@ async def test_queue_order_is_kept_across_a_restart(db: str) -> None:
         return "ok"
 
     app = stead.App(agents=[_agent(FunctionModel(answer))])
-    runtime = await app.open(stead.SqliteStore(db))
+    runtime = await app.open(open_store(db))
     ids = [
         (
             await runtime.submit(
@@ -145,7 +154,7 @@ async def test_queue_order_is_kept_across_a_restart(db: str) -> None:
     ]
     await runtime.close()  # the first run was in flight: it stays running in the journal
     gate.set()
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         for run_id in ids:
             await runtime.get_run(run_id).result()
         finished = [(await runtime.get_run(i).run()).finished_at for i in ids]
@@ -167,7 +176,7 @@ async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> No
         return "ok"
 
     app = stead.App(agents=[_agent(FunctionModel(answer))])
-    async with await app.open(stead.SqliteStore(db), max_concurrent_runs=3) as runtime:
+    async with await app.open(open_store(db), max_concurrent_runs=3) as runtime:
         runs = [
             await runtime.submit("agent", session_id=f"s{i}", request_id="r", prompt="go")
             for i in range(8)
@@ -178,7 +187,7 @@ async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> No
 
 async def test_list_runs_filters_and_pages(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         handles = [
             await runtime.submit(
                 "agent", session_id=f"s{i % 2}", request_id=str(i), prompt="go", enqueue=True
@@ -209,7 +218,7 @@ async def test_events_replay_persisted_then_live_and_end_at_terminal(db: str) ->
         return "done"
 
     app = stead.App(agents=[_agent(FunctionModel(answer))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         seen: list[stead.Event] = []
 
@@ -233,11 +242,11 @@ async def test_events_replay_persisted_then_live_and_end_at_terminal(db: str) ->
 async def test_unregistered_version_needs_attention_then_retry_continues(db: str) -> None:
     model = ScriptedModel(["v1 answer"])
     v1 = _agent(model, version="1")
-    async with await stead.App(agents=[v1]).open(stead.SqliteStore(db), resume=False) as rt:
+    async with await stead.App(agents=[v1]).open(open_store(db), resume=False) as rt:
         run = await rt.submit("agent", session_id="s", request_id="r", prompt="go")
     v2 = _agent(ScriptedModel(["v2 answer"]), version="2")
     app = stead.App(agents=[v2])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         handle = runtime.get_run(run.id)
         for _ in range(100):
             if await handle.status() is stead.RunStatus.NEEDS_ATTENTION:
@@ -268,7 +277,7 @@ async def test_changed_definition_at_a_saved_checkpoint_needs_attention(db: str)
     first = stead.Agent(
         id="a", version="1", model=FunctionModel(tool_call), instructions="one", tools=[wait]
     )
-    runtime = await stead.App(agents=[first]).open(stead.SqliteStore(db))
+    runtime = await stead.App(agents=[first]).open(open_store(db))
     run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
     while not any(op.key == "tool:1:w" for op in (await run.snapshot()).operations):
         await asyncio.sleep(0.01)
@@ -277,7 +286,7 @@ async def test_changed_definition_at_a_saved_checkpoint_needs_attention(db: str)
     changed = stead.Agent(
         id="a", version="1", model=FunctionModel(tool_call), instructions="two", tools=[wait]
     )
-    async with await stead.App(agents=[changed]).open(stead.SqliteStore(db)) as runtime:
+    async with await stead.App(agents=[changed]).open(open_store(db)) as runtime:
         handle = runtime.get_run(run.id)
         while await handle.status() is not stead.RunStatus.NEEDS_ATTENTION:
             await asyncio.sleep(0.01)
@@ -309,7 +318,7 @@ async def test_tool_errors_reach_the_model_as_failed_results(db: str) -> None:
         ]
     )
     app = stead.App(agents=[_agent(model, [divide, picky])])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "handled"
     results = {
@@ -329,7 +338,7 @@ async def test_non_json_tool_result_blocks_the_run_and_records_nothing(db: str) 
 
     model = ScriptedModel([[stead.ToolCall(name="make", arguments={}, id="m")], "done"])
     app = stead.App(agents=[_agent(model, [make])])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         while await run.status() is not stead.RunStatus.NEEDS_ATTENTION:
             await asyncio.sleep(0.01)
@@ -349,7 +358,7 @@ async def test_max_turns_fails_the_run_with_a_reason(db: str) -> None:
 
     model = FunctionModel(lambda r: [stead.ToolCall(name="again", arguments={})])
     app = stead.App(agents=[_agent(model, [again], max_turns=3)])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         with pytest.raises(stead.RunFailed, match=r"max_turns \(3\) reached"):
             await run.result()
@@ -365,7 +374,7 @@ async def test_model_error_fails_the_run_and_retry_continues(db: str) -> None:
         return "recovered"
 
     app = stead.App(agents=[_agent(FunctionModel(answer))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         with pytest.raises(stead.RunFailed, match="model call model:1 failed: RuntimeError"):
             await run.result()
@@ -390,7 +399,7 @@ async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
         return "never"
 
     app = stead.App(agents=[_agent(FunctionModel(slow))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         while not (await run.snapshot()).operations:
             await asyncio.sleep(0.01)
@@ -401,7 +410,7 @@ async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
         await run.cancel()  # again: a no-op
         events = [e async for e in run.events()]
         assert events[-1].data == {"status": "cancelled", "reason": "changed my mind"}
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         assert await runtime.get_run(run.id).status() is stead.RunStatus.CANCELLED
         with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
             await runtime.get_run(run.id).retry()
@@ -414,7 +423,7 @@ async def test_retry_conflicts_once_the_session_has_moved_on(db: str) -> None:
         return "ok"
 
     app = stead.App(agents=[_agent(FunctionModel(answer))])
-    async with await app.open(stead.SqliteStore(db)) as runtime:
+    async with await app.open(open_store(db)) as runtime:
         first = await runtime.submit("agent", session_id="s", request_id="1", prompt="first")
         with pytest.raises(stead.RunFailed):
             await first.result()
@@ -427,7 +436,7 @@ async def test_retry_conflicts_once_the_session_has_moved_on(db: str) -> None:
 async def test_bad_input_gets_a_clear_error_and_writes_nothing(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
     limits = stead.Limits(max_payload_bytes=1000)
-    async with await app.open(stead.SqliteStore(db), limits=limits) as runtime:
+    async with await app.open(open_store(db), limits=limits) as runtime:
         with pytest.raises(
             stead.NotFoundError, match="unknown agent 'ghost'; registered agents: agent"
         ):
@@ -443,7 +452,7 @@ async def test_bad_input_gets_a_clear_error_and_writes_nothing(db: str) -> None:
         with pytest.raises(stead.NotFoundError, match="no run 'run_missing'"):
             await runtime.get_run("run_missing").status()
     assert _rows(db, "SELECT COUNT(*) FROM stead_runs") == [(0,)]
-    assert _rows(db, "SELECT COUNT(*) FROM stead_events") == [(0,)]
+    assert journal_events(db) == []
 
 
 def test_definitions_are_validated_at_registration() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 from .agent.agent import Agent
 from .app import App
 from .errors import RunBlocked
@@ -50,14 +48,15 @@ async def run_agent(
             if event.kind == "status" and event.data.get("status") in _BLOCKED:
                 run = await handle.run()
                 if run.status in _BLOCKED:
-                    raise await _blocked(runtime, handle, getattr(store, "path", None))
+                    raise await _blocked(runtime, handle, store)
         return await handle.result()
 
 
-async def _blocked(runtime: Runtime, handle: RunHandle, path: object) -> RunBlocked:
+async def _blocked(runtime: Runtime, handle: RunHandle, store: object) -> RunBlocked:
     run = await handle.run()
     pending = await handle.interactions(status="pending")
-    db = f" --db {shlex.quote(str(path))}" if isinstance(path, str) else ""
+    where = getattr(store, "cli_args", "")  # how the stead command names this store
+    db = f" {where}" if isinstance(where, str) and where else ""
     if pending:
         commands = "; ".join(
             f"stead answer {i.interaction_id} VALUE{db}"

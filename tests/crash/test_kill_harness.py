@@ -40,6 +40,9 @@ from ._helpers import (
 
 MIN_KILLS = 50
 KILL_WINDOW = 0.45  # seconds after "ready"; the agent takes about 0.4 s on its own
+#: On PostgreSQL a launch takes longer (a round trip per commit, and about 0.2 s to report a
+#: finished run and close): a wider window, and fewer kills so the suite stays short.
+POSTGRES_KILLS, POSTGRES_WINDOW = 30, 0.8
 MAX_LAUNCHES_PER_RUN = 40
 
 
@@ -75,15 +78,22 @@ def check_completed(world: World, run_id: str) -> None:
     assert {e["operation_id"] for e in effects} == {op.operation_id for op in tools}
 
 
-def run_harness(world: World, rng: random.Random, expected: str) -> tuple[int, int, int]:
+def run_harness(
+    world: World,
+    rng: random.Random,
+    expected: str,
+    *,
+    min_kills: int = MIN_KILLS,
+    window: float = KILL_WINDOW,
+) -> tuple[int, int, int]:
     kills = launches = runs = 0
-    while kills < MIN_KILLS:
+    while kills < min_kills:
         runs += 1
         session, request = f"session-{runs}", f"request-{runs}"
         for attempt in range(1, MAX_LAUNCHES_PER_RUN + 1):
             launches += 1
             proc = start_child(world, "multi", "--session", session, "--request", request)
-            delay = rng.uniform(0.0, KILL_WINDOW)
+            delay = rng.uniform(0.0, window)
             try:
                 proc.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -132,14 +142,24 @@ def _harness(tmp_path: Path, journal: PgJournal | None) -> None:
     assert expected.startswith(f"calls={_child.multi_expected_tool_calls()} ")
 
     world = World.create(tmp_path, journal)
+    min_kills, window = (
+        (MIN_KILLS, KILL_WINDOW)
+        if journal is None
+        else (
+            POSTGRES_KILLS,
+            POSTGRES_WINDOW,
+        )
+    )
     started = time.monotonic()
     try:
-        kills, launches, runs = run_harness(world, rng, expected)
+        kills, launches, runs = run_harness(
+            world, rng, expected, min_kills=min_kills, window=window
+        )
     except AssertionError as exc:
         raise AssertionError(f"kill harness failed (STEAD_KILL_SEED={seed}): {exc}") from exc
     elapsed = time.monotonic() - started
     print(f"{kills} kills over {launches} launches and {runs} runs in {elapsed:.1f} s")
-    assert kills >= MIN_KILLS
+    assert kills >= min_kills
     completed = query(world.db, "SELECT COUNT(*) FROM stead_runs WHERE status = 'completed'")
     assert completed == [(runs,)]
     # kills landed inside tools: some operations needed more than one attempt

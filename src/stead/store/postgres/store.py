@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shlex
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -84,6 +85,11 @@ class PostgresStore:
         self._writer: PostgresWriter | None = None
         self._client: PostgresClient | None = None
         self._listener: _Listener | None = None
+
+    @property
+    def cli_args(self) -> str:
+        """The ``stead`` command's options that name this store (without the password)."""
+        return f"--db {shlex.quote(redacted_url(self.url))} --schema {self.schema}"
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted_url(self.url)!r}, schema={self.schema!r})"
@@ -338,6 +344,9 @@ class _Listener:
 
     #: Seconds after which the owner looks at its inbox even without a notification.
     fallback = 2.0
+    #: Seconds the thread waits for a notification before it looks whether to stop: closing
+    #: a store waits at most this long for the thread.
+    tick = 0.05
 
     def __init__(self, store: PostgresStore) -> None:
         self._conn = store.connect()
@@ -361,7 +370,7 @@ class _Listener:
     def _main(self) -> None:
         while not self._stopping.is_set():
             try:
-                for _ in self._conn.notifies(timeout=0.25):
+                for _ in self._conn.notifies(timeout=self.tick):
                     self._notified.set()
             except Exception:  # the connection failed: the fallback keeps the owner looking
                 self._stopping.wait(self.fallback)

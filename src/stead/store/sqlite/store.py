@@ -25,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shlex
 import socket
 import sqlite3
 import threading
@@ -149,6 +150,11 @@ class SqliteStore:
         self._data_version = -1
         self._client: _ClientSide | None = None
         self.open_info: OpenInfo | None = None
+
+    @property
+    def cli_args(self) -> str:
+        """The ``stead`` command's options that name this store (none for ``:memory:``)."""
+        return "" if self.memory else f"--db {shlex.quote(self.path)}"
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r}, fsync={self.fsync!r})"
