@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/idle_cpu.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/postgres.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stead-demo.db*

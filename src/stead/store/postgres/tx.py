@@ -55,6 +55,13 @@ class PostgresTx(SqlTx):
     def next_sequence(self, value: int) -> None:
         self._sequence = value
 
+    def sequence_update(self) -> str:
+        """The statement (``;``-terminated, or empty) that stores the next free sequence, to
+        send with the ``COMMIT``. The value is an int this transaction computed."""
+        if self._sequence is None:
+            return ""
+        return f"UPDATE stead_meta SET next_sequence = {int(self._sequence)} WHERE singleton = 1; "
+
     def write_sequence(self) -> None:
         """Before commit: store the next free sequence (if this transaction handed any out)."""
         if self._sequence is not None:

@@ -158,10 +158,11 @@ class PostgresWriter:
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
         conn = self._conn
-        conn.execute("BEGIN")
+        durable = any(job.barrier for job in batch)
+        # One round trip each to open and to close the transaction (no parameters: the simple
+        # query protocol takes several statements).
+        conn.execute(f"BEGIN; SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
         try:
-            durable = any(job.barrier for job in batch)
-            conn.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
             tx = self._make_tx(conn, False)
             for job in batch:
                 if job.read_only or not job.checked:
@@ -175,8 +176,7 @@ class PostgresWriter:
                     tx.rollback_savepoint()
                     tx.release_savepoint()
             tx.write_events()
-            tx.write_sequence()
-            conn.execute("COMMIT")
+            conn.execute(f"{tx.sequence_update()}COMMIT")
             return tx.events
         except BaseException:
             with contextlib.suppress(Exception):

@@ -1,0 +1,199 @@
+"""stead and DBOS Transact on the same PostgreSQL server: the peers' agent loop, side by side.
+
+    STEAD_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test \\
+        .venv/bin/python benchmarks/postgres.py [--runs 10] [--warmup 2]
+
+The workload is ``peers.py``'s: ten tool calls and a final answer, 21 durable steps a run, a fake
+model and a trivial tool. stead runs one runtime on a fresh schema per run
+(``PostgresStore(url, schema=...)``; barriers commit with ``synchronous_commit = on``); DBOS runs
+its workflow with its system database on the same server (a fresh database per run, created
+before the clock starts). Runs are interleaved. The figure is the median of (run wall time / 21).
+
+Last, durable steps per second of one runtime running 50 runs at once. Many workers are not
+measured: a schema has one live runtime at a time today, so the rows for 2 and 4 workers are
+printed as not available rather than invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.table import Table
+
+import peers
+from peers import COUNTER, PROMPT, STEPS_PER_RUN, TOOL_CALLS, console
+
+TARGET = 5.0  # stead's speed-up per durable step over DBOS on PostgreSQL
+CONCURRENT_RUNS = 50
+
+
+def _admin(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+@contextlib.contextmanager
+def _stead_schema(url: str) -> Iterator[str]:
+    schema = f"bench_{secrets.token_hex(6)}"
+    try:
+        yield schema
+    finally:
+        with contextlib.closing(_admin(url)) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def stead_run(url: str) -> float:
+    import stead
+
+    app = peers._stead_app()
+
+    async def once(schema: str) -> float:
+        store = stead.PostgresStore(url, schema=schema)
+        async with await app.open(store) as runtime:
+            t0 = time.perf_counter()
+            handle = await runtime.submit("bench", session_id="s", request_id="r", prompt=PROMPT)
+            outcome = await handle.result()
+            elapsed = time.perf_counter() - t0
+        peers._check("stead on PostgreSQL", outcome.output, expected_steps=None)
+        if COUNTER.tool != TOOL_CALLS:
+            raise peers.BenchError(f"stead ran {COUNTER.tool} tool calls, expected {TOOL_CALLS}")
+        return elapsed
+
+    with _stead_schema(url) as schema:
+        return asyncio.run(once(schema))
+
+
+def stead_concurrent(url: str, runs: int) -> float:
+    """Durable steps per second of one runtime running ``runs`` runs at once."""
+    import stead
+
+    app = peers._stead_app()
+
+    async def once(schema: str) -> float:
+        store = stead.PostgresStore(url, schema=schema)
+        async with await app.open(store, max_concurrent_runs=runs) as runtime:
+            t0 = time.perf_counter()
+            handles = await asyncio.gather(
+                *(
+                    runtime.submit("bench", session_id=f"s{i}", request_id="r", prompt=PROMPT)
+                    for i in range(runs)
+                )
+            )
+            outcomes = await asyncio.gather(*(h.result() for h in handles))
+            elapsed = time.perf_counter() - t0
+        if any(o.output != peers.FINAL_ANSWER for o in outcomes):
+            raise peers.BenchError("stead on PostgreSQL: a concurrent run did not finish")
+        return runs * STEPS_PER_RUN / elapsed
+
+    with _stead_schema(url) as schema:
+        return asyncio.run(once(schema))
+
+
+def dbos_run(url: str) -> Callable[[], float] | str:
+    try:
+        from dbos import DBOS, DBOSConfig
+    except ImportError as exc:
+        return f"dbos is not installed ({exc}); pip install -e '.[bench]'"
+    workflow = peers._dbos_workflow()
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    extra: dict[str, Any] = {}
+    if "run_admin_server" in DBOSConfig.__annotations__:
+        extra["run_admin_server"] = False
+
+    def run() -> float:
+        name = f"dbos_bench_{secrets.token_hex(6)}"
+        with contextlib.closing(_admin(url)) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        target = urlsplit(url)._replace(path=f"/{name}").geturl()
+        try:
+            config: dict[str, Any] = {
+                "name": "stead-postgres-bench",
+                "system_database_url": target,
+                "enable_otlp": False,
+                "log_level": "WARNING",
+                **extra,
+            }
+            DBOS(config=config)  # type: ignore[arg-type]
+            try:
+                DBOS.launch()
+                t0 = time.perf_counter()
+                output = workflow(PROMPT)
+                elapsed = time.perf_counter() - t0
+            finally:
+                DBOS.destroy()
+            peers._check("DBOS on PostgreSQL", output)
+            return elapsed
+        finally:
+            with contextlib.closing(_admin(url)) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args(argv)
+    url = os.environ.get("STEAD_POSTGRES_URL") or os.environ.get("STEAD_TEST_POSTGRES_URL")
+    if not url:
+        console.print("set STEAD_POSTGRES_URL to a PostgreSQL server to run this benchmark")
+        return 0
+    dbos = dbos_run(url)
+    samples: dict[str, list[float]] = {"stead": [], "DBOS": []}
+    for rnd in range(args.warmup + args.runs):
+        COUNTER.reset()
+        stead_s = stead_run(url)
+        COUNTER.reset()
+        dbos_s = dbos() if callable(dbos) else None
+        if rnd >= args.warmup:
+            samples["stead"].append(stead_s * 1e6 / STEPS_PER_RUN)
+            if dbos_s is not None:
+                samples["DBOS"].append(dbos_s * 1e6 / STEPS_PER_RUN)
+    stead_us = statistics.median(samples["stead"])
+    table = Table("figure", "value", "target", "")
+    table.add_row("stead, PostgresStore (one runtime)", f"{stead_us:,.1f} µs/step", "", "")
+    if samples["DBOS"]:
+        dbos_us = statistics.median(samples["DBOS"])
+        speedup = dbos_us / stead_us
+        table.add_row(
+            "DBOS Transact, PostgreSQL system database", f"{dbos_us:,.1f} µs/step", "", ""
+        )
+        table.add_row(
+            "speed-up over DBOS",
+            f"{speedup:.2f}x",
+            f"≥ {TARGET:g}x",
+            "PASS" if speedup >= TARGET else "MISS",
+        )
+    else:
+        table.add_row("DBOS Transact", str(dbos), "", "")
+    rate = stead_concurrent(url, CONCURRENT_RUNS)
+    table.add_row(
+        f"durable steps/s, 1 runtime, {CONCURRENT_RUNS} runs at once", f"{rate:,.0f}", "", ""
+    )
+    for workers in (2, 4):
+        table.add_row(
+            f"durable steps/s, {workers} workers", "not available", "", "one runtime per schema"
+        )
+    console.print(table)
+    console.print(
+        f"[dim]{args.runs} runs after {args.warmup} warm-up, {STEPS_PER_RUN} steps a run, "
+        f"python {sys.version.split()[0]}[/]"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
