@@ -116,14 +116,8 @@ async def test_a_killed_runtime_frees_the_schema_and_its_manual_tool_needs_atten
     finally:
         child.send_signal(signal.SIGKILL)
         child.communicate()  # waits, and closes the pipes
-    # the server ends the dead runtime's session, and its owner lock with it
-    for _ in range(100):
-        try:
-            runtime = await build_app().open(_store(schema))
-            break
-        except stead.OwnershipError:
-            await asyncio.sleep(0.05)
-    async with runtime:
+    # the server ends the dead runtime's session, and its owner lock with it: open waits
+    async with await build_app().open(_store(schema)) as runtime:
         (run,) = (await runtime.list_runs()).runs
         handle = runtime.get_run(run.id)
         await _until(handle, stead.RunStatus.NEEDS_ATTENTION)

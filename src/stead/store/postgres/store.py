@@ -39,6 +39,8 @@ T = TypeVar("T")
 #: The schema version this stead writes in the ``postgres`` dialect.
 SCHEMA_VERSION = max(v for v, _ in migrations("postgres"))
 
+#: Pauses between tries of the owner lock before a second owner is refused (None: give up).
+_LOCK_PAUSES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, None)
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SCHEMES = ("postgresql://", "postgres://")
 
@@ -203,16 +205,21 @@ class PostgresStore:
         return found
 
     def _connect_owner(self) -> Any:
-        """The writer's connection, holding the schema's owner lock for as long as it lives."""
+        """The writer's connection, holding the schema's owner lock for as long as it lives.
+        A lock held by an owner that just died is freed once the server ends its session, a
+        moment later: the lock is tried a few times before a live owner is assumed."""
         conn = self.connect()
-        if not self.guarded(lambda: self.try_owner_lock(conn)):
-            conn.close()
-            raise OwnershipError(
-                f"another stead runtime owns schema {self.schema!r} {self.where}; a schema has "
-                "one live runtime at a time: stop that one first, or give this app its own "
-                "schema (PostgresStore(url, schema=...))"
-            )
-        return conn
+        for pause in _LOCK_PAUSES:
+            if self.guarded(lambda: self.try_owner_lock(conn)):
+                return conn
+            if pause is not None:
+                time.sleep(pause)
+        conn.close()
+        raise OwnershipError(
+            f"another stead runtime owns schema {self.schema!r} {self.where}; a schema has "
+            "one live runtime at a time: stop that one first, or give this app its own "
+            "schema (PostgresStore(url, schema=...))"
+        )
 
     def try_owner_lock(self, conn: Any) -> bool:
         """Take the schema's owner lock on ``conn`` if nobody holds it (blocking)."""
