@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..._clock import Clock, iso
+from ..._clock import Clock
 from ...journal.records import Event
 from ..rows import POSTGRES, SqlTx
 
@@ -70,18 +70,6 @@ class PostgresTx(SqlTx):
             )
 
     # -- transaction plumbing ----------------------------------------------------------------
-
-    def now(self) -> datetime:
-        """One timestamp per checked job (or per batch of journal writes)."""
-        if self._now is None:
-            self._now = self.clock.now()
-            self._stamp = iso(self._now)
-        return self._now
-
-    def stamp(self) -> str:
-        if self._now is None:
-            self.now()
-        return self._stamp
 
     def savepoint(self) -> None:
         self.write_events()

@@ -19,25 +19,14 @@ import asyncio
 import concurrent.futures
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from ...errors import SteadError, StorageError
+from ...errors import StorageError
 from ...journal.records import Event
+from ..jobs import Job, call_job, run_jobs
 from .tx import PostgresTx
 
 T = TypeVar("T")
-
-
-@dataclass(slots=True)
-class Job(Generic[T]):
-    fn: Callable[[Any], T]
-    future: asyncio.Future[T]
-    barrier: bool
-    read_only: bool
-    checked: bool
-    result: Any = None
-    error: BaseException | None = None
 
 
 class PostgresWriter:
@@ -152,7 +141,7 @@ class PostgresWriter:
         try:
             tx = self._make_tx(conn, True)
             for job in batch:
-                self._call(tx, job)
+                call_job(tx, job, self._storage_errors)
         finally:
             conn.execute("ROLLBACK")
 
@@ -164,17 +153,7 @@ class PostgresWriter:
         conn.execute(f"BEGIN; SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
         try:
             tx = self._make_tx(conn, False)
-            for job in batch:
-                if job.read_only or not job.checked:
-                    if not self._call(tx, job) and not job.read_only:
-                        raise StorageError(f"an internal write failed: {job.error}")
-                    continue
-                tx.savepoint()
-                if self._call(tx, job):
-                    tx.release_savepoint()
-                else:
-                    tx.rollback_savepoint()
-                    tx.release_savepoint()
+            run_jobs(tx, batch, self._storage_errors)
             tx.write_events()
             conn.execute(f"{tx.sequence_update()}COMMIT")
             return tx.events
@@ -182,24 +161,6 @@ class PostgresWriter:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
             raise
-
-    def _call(self, tx: PostgresTx, job: Job[Any]) -> bool:
-        """Run one job; a SteadError it raises is its answer (its writes are rolled back), and
-        so is any other exception of a checked or read-only job that is not a storage
-        failure."""
-        try:
-            job.result = job.fn(tx)
-            return True
-        except SteadError as exc:
-            if isinstance(exc, StorageError):
-                raise
-            job.error = exc
-            return False
-        except Exception as exc:
-            if isinstance(exc, self._storage_errors) or not (job.checked or job.read_only):
-                raise
-            job.error = exc
-            return False
 
     # -- back on the loop --------------------------------------------------------------------
 

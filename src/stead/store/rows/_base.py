@@ -7,12 +7,12 @@ backend implements a connection and its transactions, not another copy of the jo
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..._clock import Clock, iso
 from ..._json import JSON, loads
 from ...journal.records import (
     Event,
@@ -176,7 +176,7 @@ def interaction_of(row: Sequence[Any]) -> Interaction:
     )
 
 
-class SqlBase(ABC):
+class SqlBase:
     """What every group of row operations stands on: a connection, a dialect, the clock of the
     transaction, and SQL written with ``?`` marks that the :class:`Dialect` translates."""
 
@@ -188,13 +188,24 @@ class SqlBase(ABC):
     #: Encoded rows of ``stead_events`` not inserted yet.
     unwritten: list[tuple[int, str, str, str, str]]
 
-    @abstractmethod
-    def now(self) -> datetime:
-        """The transaction's one timestamp (the backend's clock)."""
+    clock: Clock
+    #: The transaction's timestamp once taken, and its storage form (a savepoint resets it).
+    _now: datetime | None
+    _stamp: str
 
-    @abstractmethod
+    def now(self) -> datetime:
+        """One timestamp per checked job (or per batch of journal writes), so the records
+        written together carry the same time."""
+        if self._now is None:
+            self._now = self.clock.now()
+            self._stamp = iso(self._now)
+        return self._now
+
     def stamp(self) -> str:
         """:meth:`now` in its storage form."""
+        if self._now is None:
+            self.now()
+        return self._stamp
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self.conn.execute(self.dialect.sql(sql), params)

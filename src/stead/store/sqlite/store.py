@@ -568,15 +568,6 @@ class SqliteStore:
         """Whether ``exc`` means another process holds the database locked."""
         return _is_busy(exc)
 
-    def savepoint(self, tx: SqliteTx) -> None:
-        tx.savepoint()
-
-    def rollback_savepoint(self, tx: SqliteTx) -> None:
-        tx.rollback_savepoint()
-
-    def release_savepoint(self, tx: SqliteTx) -> None:
-        tx.release_savepoint()
-
     def commit(self, tx: SqliteTx) -> tuple[list[Event], bool]:
         """Commit; returns the events written and whether this commit must reach the disk."""
         conn = self._conn

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..._clock import Clock, iso
+from ..._clock import Clock
 from ...journal.records import Event
 from ..rows import SQLITE, SqlTx
 
@@ -39,20 +39,6 @@ class SqliteTx(SqlTx):
         self._stamp = ""
 
     # -- transaction plumbing ----------------------------------------------------------------
-
-    def now(self) -> datetime:
-        """One timestamp per checked job (or per batch of journal writes), so the records
-        written together carry the same time."""
-        if self._now is None:
-            self._now = self.clock.now()
-            self._stamp = iso(self._now)
-        return self._now
-
-    def stamp(self) -> str:
-        """:meth:`now` in its storage form."""
-        if self._now is None:
-            self.now()
-        return self._stamp
 
     def savepoint(self) -> None:
         self.write_events()

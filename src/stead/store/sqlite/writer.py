@@ -25,10 +25,11 @@ import concurrent.futures
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from ...errors import SteadError, StorageError
+from ...errors import StorageError
 from ...journal.records import Event
+from ..jobs import Job, call_job, run_jobs
 
 T = TypeVar("T")
 Tx = TypeVar("Tx")
@@ -38,9 +39,6 @@ class Batcher(Protocol[Tx]):
     """What a backend provides to the writer: transactions over its one connection."""
 
     def begin(self) -> Tx: ...
-    def savepoint(self, tx: Tx) -> None: ...
-    def rollback_savepoint(self, tx: Tx) -> None: ...
-    def release_savepoint(self, tx: Tx) -> None: ...
     def commit(self, tx: Tx) -> tuple[list[Event], bool]: ...
     def rollback(self, tx: Tx) -> None: ...
     def reader(self) -> Tx: ...
@@ -52,17 +50,6 @@ class Batcher(Protocol[Tx]):
     #: Exceptions that mean the storage itself failed (they poison the writer); anything else
     #: a checked job raises is that job's answer.
     storage_errors: tuple[type[BaseException], ...]
-
-
-@dataclass(slots=True)
-class Job(Generic[T]):
-    fn: Callable[[Any], T]
-    future: asyncio.Future[T]
-    barrier: bool
-    read_only: bool
-    checked: bool
-    result: Any = None
-    error: BaseException | None = None
 
 
 @dataclass(slots=True)
@@ -182,7 +169,7 @@ class Writer:
             if all(job.read_only for job in batch):
                 tx = self._backend.reader()
                 for job in batch:
-                    self._call(tx, job)
+                    call_job(tx, job, self._backend.storage_errors)
                 events: list[Event] = []
                 durable = False
             else:
@@ -236,41 +223,12 @@ class Writer:
     def _write(self, batch: list[Job[Any]]) -> tuple[list[Event], bool]:
         tx = self._backend.begin()
         try:
-            for job in batch:
-                if job.read_only or not job.checked:
-                    if not self._call(tx, job) and not job.read_only:
-                        raise StorageError(f"an internal write failed: {job.error}")
-                    continue
-                self._backend.savepoint(tx)
-                if self._call(tx, job):
-                    self._backend.release_savepoint(tx)
-                else:
-                    self._backend.rollback_savepoint(tx)
-                    self._backend.release_savepoint(tx)
+            run_jobs(tx, batch, self._backend.storage_errors)
             return self._backend.commit(tx)
         except BaseException:
             with contextlib.suppress(Exception):  # the original error is what we report
                 self._backend.rollback(tx)
             raise
-
-    def _call(self, tx: Any, job: Job[Any]) -> bool:
-        """Run one job; a SteadError it raises is its answer (its writes are rolled back), and
-        so is any other exception of a checked or read-only job that is not a storage failure
-        (a value the database cannot take, say): one caller's bad input never poisons the
-        store. An unchecked job has no savepoint, so its failure poisons."""
-        try:
-            job.result = job.fn(tx)
-            return True
-        except SteadError as exc:
-            if isinstance(exc, StorageError):
-                raise
-            job.error = exc
-            return False
-        except Exception as exc:
-            if isinstance(exc, self._backend.storage_errors) or not (job.checked or job.read_only):
-                raise
-            job.error = exc
-            return False
 
     # -- flushing and delivering -------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""The jobs a store's writer runs in one transaction, and how one batch of them is applied.
+
+Shared by both writers (``sqlite/writer.py`` commits on the event loop, ``postgres/writer.py``
+on a thread): a *checked* job runs inside a savepoint, so a :class:`~stead.errors.SteadError`
+it raises undoes its writes alone and is its answer; an unchecked job's failure is a storage
+failure of the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..errors import SteadError, StorageError
+
+__all__ = ["Job", "call_job", "run_jobs"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Job(Generic[T]):
+    fn: Callable[[Any], T]
+    future: asyncio.Future[T]
+    barrier: bool
+    read_only: bool
+    checked: bool
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Savepoints(Protocol):
+    def savepoint(self) -> None: ...
+    def rollback_savepoint(self) -> None: ...
+    def release_savepoint(self) -> None: ...
+
+
+def call_job(tx: Any, job: Job[Any], storage_errors: tuple[type[BaseException], ...]) -> bool:
+    """Run one job; a SteadError it raises is its answer (its writes are rolled back), and so
+    is any other exception of a checked or read-only job that is not a storage failure (a value
+    the database cannot take, say): one caller's bad input never poisons the store. An unchecked
+    job has no savepoint, so its failure poisons."""
+    try:
+        job.result = job.fn(tx)
+        return True
+    except SteadError as exc:
+        if isinstance(exc, StorageError):
+            raise
+        job.error = exc
+        return False
+    except Exception as exc:
+        if isinstance(exc, storage_errors) or not (job.checked or job.read_only):
+            raise
+        job.error = exc
+        return False
+
+
+def run_jobs(
+    tx: _Savepoints, batch: Sequence[Job[Any]], storage_errors: tuple[type[BaseException], ...]
+) -> None:
+    """Every job of a batch in the open transaction ``tx``, each checked one in a savepoint."""
+    for job in batch:
+        if job.read_only or not job.checked:
+            if not call_job(tx, job, storage_errors) and not job.read_only:
+                raise StorageError(f"an internal write failed: {job.error}")
+            continue
+        tx.savepoint()
+        if call_job(tx, job, storage_errors):
+            tx.release_savepoint()
+        else:
+            tx.rollback_savepoint()
+            tx.release_savepoint()
