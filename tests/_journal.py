@@ -12,6 +12,10 @@ from stead._clock import SystemClock
 from stead.journal.records import Event
 from stead.store.sqlite.tx import SqliteTx
 
+#: The lease of the tests' PostgreSQL workers (seconds): a killed worker's runs are taken over
+#: this long after it died.
+PG_LEASE = 1.0
+
 
 @dataclass(frozen=True)
 class PgJournal:
@@ -23,7 +27,7 @@ class PgJournal:
     def store(self) -> Any:
         from stead.store.postgres import PostgresStore
 
-        return PostgresStore(self.url, schema=self.schema)
+        return PostgresStore(self.url, schema=self.schema, lease_seconds=PG_LEASE)
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """``sql`` written with ``?`` marks, in one read-only transaction."""
@@ -78,5 +82,6 @@ def open_store(db: Journal, **options: Any) -> Any:
     if isinstance(db, PgJournal):
         from stead.store.postgres import PostgresStore
 
+        options.setdefault("lease_seconds", PG_LEASE)
         return PostgresStore(db.url, schema=db.schema, **options)
     return stead.SqliteStore(db, **options)

@@ -1,4 +1,4 @@
-"""A runtime on PostgreSQL in a child process, killed by the test while a manual tool runs.
+"""A worker on PostgreSQL in a child process, killed by the test while a manual tool runs.
 
     python tests/_pg_child.py URL SCHEMA
 
@@ -16,6 +16,10 @@ import stead
 from stead.store.postgres import PostgresStore
 from stead.testing import ScriptedModel
 
+#: The lease of the child's claims (seconds): another worker takes its run over this long after
+#: it died.
+LEASE = 1.0
+
 
 def build_app() -> stead.App:
     @stead.tool(recovery="manual")
@@ -32,7 +36,9 @@ def build_app() -> stead.App:
 
 
 async def main(url: str, schema: str) -> None:
-    async with await build_app().open(PostgresStore(url, schema=schema)) as runtime:
+    async with await build_app().open(
+        PostgresStore(url, schema=schema, lease_seconds=LEASE)
+    ) as runtime:
         run = await runtime.submit("bank", session_id="s", request_id="r", prompt="wire")
         await run.result()
 

@@ -83,6 +83,8 @@ async def test_with_no_live_owner_the_client_applies_the_command_itself(db: str)
 
 
 async def test_a_command_the_owner_does_not_apply_times_out_naming_it(db: str) -> None:
+    if not isinstance(db, str):
+        pytest.skip("PostgreSQL has no owner and no inbox: a client applies its own commands")
     ran: list[str] = []
     app = stead.App(agents=[_gated_agent(ran)])
     async with await app.open(open_store(db)) as runtime:
@@ -224,15 +226,24 @@ async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: st
                 await client.submit("b", session_id="s2", request_id="r", prompt="go")
         assert runtime.health()["ok"]
     async with stead.Client(open_store(db)) as client:
-        with pytest.raises(stead.ValidationError, match="pass version="):
-            await client.submit("a", session_id="s3", request_id="r", prompt="go")
-        queued = await client.submit("a", session_id="s3", request_id="r", prompt="go", version="7")
+        if isinstance(db, str):  # no owner to ask which version is the latest
+            with pytest.raises(stead.ValidationError, match="pass version="):
+                await client.submit("a", session_id="s3", request_id="r", prompt="go")
+            queued = await client.submit(
+                "a", session_id="s3", request_id="r", prompt="go", version="7"
+            )
+        else:  # the version the workers declared latest
+            queued = await client.submit("a", session_id="s3", request_id="r", prompt="go")
+            assert (await queued.run()).version == "7"
     async with await app.open(open_store(db)) as runtime:
         assert (await runtime.get_run(queued.id).result(timeout=10)).output == "hi"
 
 
 async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> None:
     import sqlite3
+
+    if not isinstance(db, str):
+        pytest.skip("PostgreSQL has no inbox: a client applies its own commands")
 
     from stead.testing import FakeClock
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +25,10 @@ pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_UR
 CHILD = Path(__file__).with_name("_pg_child.py")
 
 
-def _store(schema: str) -> Any:
+def _store(schema: str, **options: Any) -> Any:
     from stead.store.postgres import PostgresStore
 
-    return PostgresStore(str(POSTGRES_URL), schema=schema)
+    return PostgresStore(str(POSTGRES_URL), schema=schema, **options)
 
 
 @pytest.fixture
@@ -97,30 +98,33 @@ async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime
     assert wired == [f"{run.id}/tool:1:w"]
 
 
-async def test_a_killed_runtime_frees_the_schema_and_its_manual_tool_needs_attention(
+async def test_a_killed_workers_run_continues_on_another_worker_within_its_lease_and_a_second(
     schema: str,
 ) -> None:
-    from tests._pg_child import build_app
+    from tests._pg_child import LEASE, build_app
 
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), str(POSTGRES_URL), schema],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)
-        assert json.loads(line) == {"started": "tool:1:w"}, child.stderr
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate()  # waits, and closes the pipes
-    # the server ends the dead runtime's session, and its owner lock with it: open waits
-    async with await build_app().open(_store(schema)) as runtime:
-        (run,) = (await runtime.list_runs()).runs
-        handle = runtime.get_run(run.id)
+    # The other worker is up before the kill, but takes no run until then.
+    async with await build_app().open(_store(schema, lease_seconds=LEASE), resume=False) as other:
+        child = subprocess.Popen(
+            [sys.executable, str(CHILD), str(POSTGRES_URL), schema],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        try:
+            assert child.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 30)
+            assert json.loads(line) == {"started": "tool:1:w"}, child.stderr
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.communicate()  # waits, and closes the pipes
+        killed = time.monotonic()
+        await other.resume()
+        (run,) = (await other.list_runs()).runs
+        handle = other.get_run(run.id)
         await _until(handle, stead.RunStatus.NEEDS_ATTENTION)
+        assert time.monotonic() - killed <= LEASE + 1.0
         assert (await handle.run()).attention_key == "tool:1:w"
         await handle.resolve("tool:1:w", output="wired 500 (checked by hand)")
         assert (await handle.result(timeout=10)).output == "Wired."

@@ -16,6 +16,7 @@ from .app import App
 from .client import Client
 from .errors import (
     ConflictError,
+    LeaseLostError,
     LimitError,
     ModelError,
     NotFoundError,
@@ -64,6 +65,7 @@ __all__ = [
     "Deny",
     "Event",
     "Interaction",
+    "LeaseLostError",
     "LimitError",
     "Limits",
     "Message",

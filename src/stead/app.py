@@ -88,6 +88,10 @@ class App:
     def agents(self) -> list[Agent]:
         return list(self._agents.values())
 
+    def latest_versions(self) -> dict[str, str]:
+        """Each registered agent's latest version (what a submission naming none gets)."""
+        return dict(self._latest)
+
     async def open(
         self,
         store: OwnedStore,
@@ -97,7 +101,8 @@ class App:
         limits: Limits | None = None,
         on_fatal_error: Callable[[StorageError], None] | None = None,
     ) -> Runtime:
-        """Open ``store``: take ownership, and (unless ``resume=False``) resume unfinished runs.
+        """Open ``store``: take ownership (of a SQLite file; on PostgreSQL, join the workers
+        of the schema), and (unless ``resume=False``) resume unfinished runs.
 
         ``on_fatal_error`` is called once if the store fails; the runtime then refuses every
         call with that :class:`StorageError` until it is closed and the store reopened.

@@ -9,6 +9,7 @@
     ├── LimitError             a payload or count over a configured limit; nothing was written
     ├── OwnershipError         another live runtime owns the store
     ├── SchemaVersionError     the database was written by a newer stead
+    ├── LeaseLostError         (inside a worker) another worker took the run over
     ├── StorageError           the store failed; the runtime is poisoned until reopened
     ├── RuntimeClosedError     the runtime was closed; open the store again
     ├── ModelError             a model provider failed (``retryable`` says whether to try again)
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "ConflictError",
+    "LeaseLostError",
     "LimitError",
     "ModelError",
     "NotFoundError",
@@ -92,6 +94,12 @@ class OwnershipError(SteadError):
 
 class SchemaVersionError(SteadError):
     """The database was written by a newer version of stead than this one."""
+
+
+class LeaseLostError(SteadError):
+    """This worker no longer holds the run's claim: its lease expired and another worker took
+    the run over, or the run was cancelled. Nothing of the refused write was kept; the worker
+    drops the run (raised inside a worker, never to a caller)."""
 
 
 class StorageError(SteadError):

@@ -225,7 +225,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.db.startswith("postgresql://"):
         from stead.store.postgres import PostgresStore
 
-        store = PostgresStore(args.db, schema=args.schema)
+        # The lease of tests._journal.PG_LEASE: the next worker takes the run over 1 s after
+        # this one died.
+        store = PostgresStore(args.db, schema=args.schema, lease_seconds=1.0)
     else:
         store = stead.SqliteStore(args.db, fsync=args.fsync)
     async with await _open(app, store) as runtime:

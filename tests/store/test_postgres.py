@@ -99,23 +99,32 @@ async def test_a_schema_written_by_a_newer_stead_is_refused(schema: str, opened:
 
 
 @needs_postgres
-async def test_runtimes_opening_one_schema_at_once_migrate_it_once_and_one_owns_it(
+async def test_workers_opening_one_schema_at_once_migrate_it_once_and_all_run(
     schema: str, opened: list[Any]
 ) -> None:
+    from stead.store.postgres.store import SCHEMA_VERSION
+
     stores = [_store(schema=schema) for _ in range(4)]
-    outcomes = await asyncio.gather(*(_open(s) for s in stores), return_exceptions=True)
-    opened.extend(o for o in outcomes if not isinstance(o, BaseException))
-    refused = [o for o in outcomes if isinstance(o, BaseException)]
-    assert len(opened) == 1 and len(refused) == 3
-    for error in refused:
-        assert isinstance(error, stead.OwnershipError)
-        assert f"another stead runtime owns schema {schema!r}" in str(error)
+    opened.extend(await asyncio.gather(*(_open(s) for s in stores)))
     conn = stores[0].connect()
     rows = conn.execute("SELECT schema_version FROM stead_meta").fetchall()
     conn.close()
-    assert len(rows) == 1
-    await opened.pop().aclose()  # the owner lock goes with the runtime: another may open now
-    opened.append(await _open(_store(schema=schema)))
+    assert rows == [(SCHEMA_VERSION,)]
+    assert len({store.worker for store in stores}) == 4  # each worker has its own name
+
+
+def test_pool_and_lease_options_are_checked() -> None:
+    pytest.importorskip("psycopg")
+    url = "postgresql://u@h/db"
+    with pytest.raises(stead.ValidationError, match="min_size must be an integer >= 0"):
+        _store(url, min_size=-1)
+    with pytest.raises(stead.ValidationError, match="max_size must be an integer >= 1"):
+        _store(url, max_size=0)
+    with pytest.raises(stead.ValidationError, match=r"min_size \(5\) must not exceed max_size"):
+        _store(url, min_size=5, max_size=2)
+    for bad in (0, -1, float("nan"), "15", True, 10_000):
+        with pytest.raises(stead.ValidationError, match="lease_seconds must be a number"):
+            _store(url, lease_seconds=bad)
 
 
 @needs_postgres

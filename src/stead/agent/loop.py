@@ -30,7 +30,7 @@ from .._json import (
     storable_text,
     to_json,
 )
-from ..errors import ModelError, described, shown
+from ..errors import LeaseLostError, ModelError, described, shown
 from ..journal.keys import approval_key, budget_key, model_key, tool_key
 from ..journal.records import Interaction, Recovery, Writes
 from ..messages import (
@@ -47,7 +47,7 @@ from ..models import model_id
 from ..models._redact import redact
 from ..models.pricing import Price, cost_usd
 from ..runtime.context import RunContext
-from ..runtime.control import Failed, NeedsAttention, RetryLater, Stop, Waiting
+from ..runtime.control import Failed, Handoff, NeedsAttention, RetryLater, Stop, Waiting
 from .agent import Agent
 from .conversation import Conversation
 from .history import tool_result_message
@@ -61,7 +61,16 @@ __all__ = ["AgentOutcome", "run_agent_loop"]
 logger = logging.getLogger("stead")
 
 #: Which stop wins when the calls of one turn stop differently.
-_PRECEDENCE: tuple[type[Stop], ...] = (NeedsAttention, Failed, RetryLater, Waiting)
+#: Which of several tool calls' stops ends the execution: a lost claim first (nothing more
+#: lands anyway), a hand-back to another worker last.
+_PRECEDENCE: tuple[type[BaseException], ...] = (
+    LeaseLostError,
+    NeedsAttention,
+    Failed,
+    RetryLater,
+    Waiting,
+    Handoff,
+)
 
 
 @dataclass(frozen=True, slots=True)

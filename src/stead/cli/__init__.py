@@ -4,7 +4,8 @@ Every command takes ``--db PATH`` or ``--db postgresql://...`` with ``--schema``
 ``$STEAD_DB``, ``$STEAD_SCHEMA``; default ``./stead.db``) and ``--json``.
 Reads and changes go through :class:`stead.Client` only, so they work the same whether a
 runtime owns the database (a change goes to its inbox and it applies it) or none is running
-(the change is applied in place and the next runtime continues the run).
+(the change is applied in place and the next runtime continues the run); on PostgreSQL a change
+is applied where it is given and wakes the workers. ``stead worker APP`` runs an App's agents.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .interactions import answer, approve, deny, interactions
 from .migrate_store import migrate_store
 from .operator import cancel, fork, resolve, retry
 from .runs import runs
+from .worker import worker
 
 __all__ = ["main"]
 
@@ -36,6 +38,8 @@ def main() -> None:
     Operate on runs:
       stead resolve RUN_ID KEY --output JSON | stead retry RUN_ID
       stead cancel RUN_ID | stead fork RUN_ID --before KEY
+    Run agents (as many workers as you like on PostgreSQL; SIGTERM drains):
+      stead worker module:app --db postgresql://URL [--concurrency N]
     Move to PostgreSQL:
       stead migrate-store SQLITE_PATH postgresql://URL [--schema S]
 
@@ -56,3 +60,4 @@ main.add_command(cancel)
 main.add_command(fork)
 main.add_command(demo)
 main.add_command(migrate_store)
+main.add_command(worker)

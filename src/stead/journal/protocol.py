@@ -18,9 +18,27 @@ from .._json import JSON
 from ..errors import StorageError
 from .commands import Command
 from .events import Payload
-from .records import Event, HistoryNode, Interaction, Operation, Recovery, Run, RunStatus
+from .records import (
+    Claim,
+    Event,
+    HistoryNode,
+    Interaction,
+    Operation,
+    Recovery,
+    Run,
+    RunStatus,
+)
 
-__all__ = ["ClientStore", "Durability", "HistoryNode", "InboxRow", "OwnedStore", "Store", "Tx"]
+__all__ = [
+    "ClientStore",
+    "Durability",
+    "HistoryNode",
+    "InboxRow",
+    "OwnedStore",
+    "SharedStore",
+    "Store",
+    "Tx",
+]
 
 T = TypeVar("T")
 
@@ -186,6 +204,45 @@ class OwnedStore(Store, Protocol):
         """Whether another process committed since the last call (commands posted to it);
         cheap enough to ask a few times a second."""
         ...
+
+    #: Whether many runtimes execute this store's runs at once (each run claimed with a
+    #: lease), or one runtime owns the store and every run in it.
+    shared: bool
+
+    def claim_runs(
+        self, limit: int, exclude: Iterable[str]
+    ) -> Awaitable[tuple[list[Claim], datetime | None]]:
+        """Claim up to ``limit`` runnable runs at the head of their sessions (not those in
+        ``exclude``, which execute here already); with them, when to look again."""
+        ...
+
+    async def extend_leases(self, claims: Sequence[Claim]) -> set[str]:
+        """Heartbeat: extend the claims still held; returns the ids of the runs lost."""
+        ...
+
+    async def release_claims(self, claims: Sequence[Claim]) -> None:
+        """Give runs up, for any runtime to claim at once."""
+        ...
+
+    def fenced(self, claim: Claim) -> Store:
+        """This store as one execution writes to it: every write fenced by ``claim``."""
+        ...
+
+
+class SharedStore(OwnedStore, Protocol):
+    """A store many runtimes (workers) share: commands are applied where they are given and
+    a notification wakes the workers."""
+
+    def watch(self, on_notice: Callable[[str], None]) -> None:
+        """Call ``on_notice(payload)`` on the loop when a worker should look again
+        (``cancel:RUN_ID`` when that run was cancelled)."""
+        ...
+
+    async def declare_agents(self, latest: dict[str, str]) -> None: ...
+
+    async def apply_command(
+        self, command: Command, version_of: Any, max_pending: int | None
+    ) -> JSON: ...
 
 
 class ClientStore(Protocol):

@@ -10,6 +10,7 @@ from typing import Literal
 from .._json import JSON
 
 __all__ = [
+    "Claim",
     "Event",
     "HistoryNode",
     "Interaction",
@@ -24,6 +25,15 @@ __all__ = [
 
 Recovery = Literal["safe", "idempotent", "manual"]
 RECOVERY_POLICIES: tuple[Recovery, ...] = ("safe", "idempotent", "manual")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The right to execute one run: its id and the epoch of the claim (always 0 on a store
+    that one runtime owns; on a store shared by workers, every claim moves it on)."""
+
+    run_id: str
+    epoch: int = 0
 
 
 class RunStatus(StrEnum):

@@ -26,7 +26,7 @@ from ..journal.keys import interaction_id, operation_id
 from ..journal.protocol import Durability, Store, Tx
 from ..journal.records import Interaction, Operation, Recovery, Run, Writes
 from . import boundaries
-from .control import Failed, NeedsAttention
+from .control import Failed, Handoff, NeedsAttention
 
 __all__ = ["RunContext"]
 
@@ -61,6 +61,8 @@ class RunContext:
         #: Operations whose intent is written and whose result is not: if the execution ends
         #: unexpectedly, a non-``safe`` one among them may have had its effect.
         self.in_flight: dict[str, Recovery] = {}
+        #: Whether the runtime is draining: no new operation starts, the run is handed back.
+        self.draining: Callable[[], bool] = lambda: False
         self._created = len(operations)
         self._position = max((op.position for op in operations), default=0) + 1
         self._keys: set[str] = set()
@@ -168,6 +170,8 @@ class RunContext:
             replayed = self._replay(op, kind, input_hash, describe, max_attempts)
             if replayed is not None:
                 return replayed
+        if self.draining():
+            raise Handoff(f"this worker is stopping; run {run_id} continues at {key} elsewhere")
         recovery = op.recovery if op is not None else recovery  # the saved policy wins
         wait_for_intent = recovery != "safe" or kind == "model"
         durability: Durability = (

@@ -40,3 +40,8 @@ class Failed(Stop):
     def __init__(self, reason: str, *, operation: str | None = None, kind: str = "error") -> None:
         super().__init__(reason, operation=operation)
         self.kind = kind
+
+
+class Handoff(Stop):
+    """This worker is draining: the run stops at a journal boundary, still ``running``, and
+    any worker continues it from its journal."""

@@ -12,14 +12,30 @@ import asyncio
 from ..errors import SteadError
 from ..journal.records import Event, RunStatus
 
-__all__ = ["EventHub", "Subscription"]
+__all__ = ["EventHub", "Subscription", "wait_flag"]
+
+
+async def wait_flag(flag: asyncio.Event, poll: float | None) -> None:
+    """Until ``flag`` is set, or (with ``poll``) that many seconds passed."""
+    if poll is None:
+        await flag.wait()
+        return
+    try:
+        async with asyncio.timeout(poll):
+            await flag.wait()
+    except TimeoutError:
+        pass
 
 
 class EventHub:
-    def __init__(self) -> None:
+    """``poll``: on a store other workers write to as well, how often (seconds) a waiter looks
+    again without a local commit — a run executing elsewhere commits there."""
+
+    def __init__(self, poll: float | None = None) -> None:
         self._changed: dict[str, set[asyncio.Event]] = {}
         self._ended: dict[str, set[asyncio.Event]] = {}
         self._error: SteadError | None = None
+        self.poll = poll
 
     def committed(self, events: list[Event]) -> None:
         for event in events:
@@ -80,7 +96,7 @@ class Subscription:
         self._hub, self._run_id, self._flag = hub, run_id, flag
 
     async def wait(self) -> None:
-        await self._flag.wait()
+        await wait_flag(self._flag, self._hub.poll)
         self._flag.clear()
         self._hub.check()
 

@@ -16,12 +16,12 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ..errors import StorageError, described
+from ..errors import LeaseLostError, StorageError, described
 from ..journal import transitions
-from ..journal.protocol import Store
-from ..journal.records import Recovery, RunStatus
+from ..journal.protocol import OwnedStore, Store
+from ..journal.records import Claim, Recovery, RunStatus
 from .context import RunContext
-from .control import Failed, NeedsAttention, RetryLater, Waiting
+from .control import Failed, Handoff, NeedsAttention, RetryLater, Waiting
 from .definition import Completion, Registry
 from .limits import Limits
 
@@ -33,34 +33,46 @@ logger = logging.getLogger("stead")
 class Executor:
     def __init__(
         self,
-        store: Store,
+        store: OwnedStore,
         registry: Registry,
         limits: Limits,
         *,
         on_completed: Callable[[str, Completion], None],
         on_parked: Callable[[], None],
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
-        self._store = store
+        self._owned = store
         self._registry = registry
         self._limits = limits
         self._on_completed = on_completed
         self._on_parked = on_parked
+        self._draining = draining
 
-    async def execute(self, run_id: str) -> None:
+    async def execute(self, claim: Claim) -> bool:
+        """Execute the claimed run until it ends, parks or stops; True if the run is still
+        ``running`` under this claim (the execution was interrupted or handed the run back),
+        so the claim is to be given up."""
+        run_id = claim.run_id
+        store = self._owned.fenced(claim)
         in_flight: dict[str, Recovery] = {}
         try:
-            await self._execute(run_id, in_flight)
-        except asyncio.CancelledError:
-            pass  # closing or cancelled: the journal is kept and the next execution continues
+            await self._execute(store, run_id, in_flight)
+            return False
+        except (asyncio.CancelledError, Handoff):
+            return True  # closing, cancelled or draining: the journal is kept for the next one
+        except LeaseLostError:
+            logger.info("run %s: another worker holds it now; this execution stops", run_id)
+            return False
         except StorageError:
-            pass  # the runtime is poisoned; reopening recovers from the saved intents
+            return True  # the runtime is poisoned; reopening recovers from the saved intents
         except Exception as exc:  # a defect or odd data: end this execution, never loop
-            with contextlib.suppress(StorageError, asyncio.CancelledError):
-                await self._record_unexpected(run_id, exc, in_flight)
+            with contextlib.suppress(StorageError, asyncio.CancelledError, LeaseLostError):
+                await self._record_unexpected(store, run_id, exc, in_flight)
+            return False
 
-    async def _execute(self, run_id: str, in_flight: dict[str, Recovery]) -> None:
+    async def _execute(self, store: Store, run_id: str, in_flight: dict[str, Recovery]) -> None:
         registry = self._registry
-        begun = await self._store.transact(
+        begun = await store.transact(
             functools.partial(
                 transitions.begin,
                 run_id=run_id,
@@ -73,7 +85,7 @@ class Executor:
         if definition is None:  # pragma: no cover - unregistered between begin and here
             return
         ctx = RunContext(
-            self._store,
+            store,
             begun.run,
             begun.operations,
             begun.interactions,
@@ -81,26 +93,35 @@ class Executor:
             max_operations=self._limits.max_operations_per_run,
         )
         ctx.in_flight = in_flight
+        ctx.draining = self._draining
         try:
             completion = await definition.execute(ctx)
         except NeedsAttention as stop:
             await self._stop(
-                run_id, RunStatus.NEEDS_ATTENTION, stop.reason, stop.operation, "needs_attention"
+                store,
+                run_id,
+                RunStatus.NEEDS_ATTENTION,
+                stop.reason,
+                stop.operation,
+                "needs_attention",
             )
             return
         except Failed as stop:
-            await self._stop(run_id, RunStatus.FAILED, stop.reason, stop.operation, stop.kind)
+            await self._stop(
+                store, run_id, RunStatus.FAILED, stop.reason, stop.operation, stop.kind
+            )
             return
         except Waiting as stop:
-            await self._store.transact(
+            await store.transact(
                 functools.partial(transitions.park, run_id=run_id, reason=stop.reason),
                 durability="barrier",
             )
             self._on_parked()
             return
         except RetryLater as stop:
-            due = self._store.clock.now() + timedelta(seconds=stop.delay)
+            due = store.clock.now() + timedelta(seconds=stop.delay)
             await self._stop(
+                store,
                 run_id,
                 RunStatus.RETRY_WAIT,
                 stop.reason,
@@ -110,7 +131,7 @@ class Executor:
             )
             self._on_parked()
             return
-        done = await self._store.transact(
+        done = await store.transact(
             functools.partial(
                 transitions.complete,
                 run_id=run_id,
@@ -124,6 +145,7 @@ class Executor:
 
     async def _stop(
         self,
+        store: Store,
         run_id: str,
         status: RunStatus,
         reason: str,
@@ -133,7 +155,7 @@ class Executor:
         next_attempt_at: datetime | None = None,
         traceback: str | None = None,
     ) -> None:
-        await self._store.transact(
+        await store.transact(
             functools.partial(
                 transitions.stop,
                 run_id=run_id,
@@ -148,7 +170,7 @@ class Executor:
         )
 
     async def _record_unexpected(
-        self, run_id: str, exc: Exception, in_flight: dict[str, Recovery]
+        self, store: Store, run_id: str, exc: Exception, in_flight: dict[str, Recovery]
     ) -> None:
         """Stop a run whose execution raised something unexpected, with the traceback kept:
         ``needs_attention`` naming the operation when a side effect may have happened (a
@@ -172,4 +194,4 @@ class Executor:
                 "error and the 'stead' log; fix the cause, then retry() the run"
             )
         logger.error("run %s stopped (%s): %s", run_id, status.value, detail, exc_info=exc)
-        await self._stop(run_id, status, reason, uncertain, "internal", traceback=trace)
+        await self._stop(store, run_id, status, reason, uncertain, "internal", traceback=trace)

@@ -1,9 +1,12 @@
-"""Runtime: the one owner of a store in this process — a Client that also executes runs.
+"""Runtime: a Client that also executes runs — the one owner of a SQLite file, or one of the
+workers of a PostgreSQL schema.
 
-``open`` takes ownership and resumes unfinished runs; the scheduler starts runnable runs; each
-executes as an asyncio task that replays its journal and continues. Commands other processes post
-to the store's inbox are applied here with the same transitions. ``close`` aborts active
-executions and keeps their journals, so the next owner continues them.
+``open`` takes ownership (or joins the workers) and resumes unfinished runs; the scheduler claims
+runnable runs; each executes as an asyncio task that replays its journal and continues. On a
+store with one owner, commands other processes post to its inbox are applied here with the same
+transitions; on a shared store every process applies its own commands, and a notification wakes
+the workers. ``drain`` hands every run back at its next journal boundary; ``close`` aborts active
+executions and keeps their journals, so the next execution continues them.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from ..errors import (
 from ..handle import RunOutcome
 from ..journal import transitions
 from ..journal.commands import Cancel, Command, Fork, Submit
-from ..journal.protocol import ClientStore, OwnedStore, Tx
+from ..journal.protocol import ClientStore, OwnedStore, SharedStore, Tx
+from ..journal.records import Claim
 from .definition import Completion
-from .events import EventHub, Subscription
+from .events import EventHub, Subscription, wait_flag
 from .executor import Executor
 from .inbox import Inbox
 from .limits import Limits
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "Runtime"]
 
 _OUTCOME_CACHE = 1024
+#: On a shared store, how often a waiter for a run that may execute on another worker looks.
+_REMOTE_POLL = 0.1
 
 
 class Runtime(Client):
@@ -73,7 +79,9 @@ class Runtime(Client):
         self._on_fatal_error = on_fatal_error
         self._fatal: StorageError | None = None
         self._resumed = False
-        self._hub = EventHub()
+        #: Other runtimes execute this store's runs too (PostgreSQL workers).
+        self.shared = bool(getattr(store, "shared", False))
+        self._hub = EventHub(poll=_REMOTE_POLL if self.shared else None)
         self._outcomes: dict[str, RunOutcome] = {}
         self._executor = Executor(
             store,
@@ -81,9 +89,13 @@ class Runtime(Client):
             self.limits,
             on_completed=self._completed,
             on_parked=self._wake,
+            draining=lambda: self._scheduler.draining,
         )
         self._scheduler = Scheduler(
-            store, self._executor.execute, max_concurrent_runs=max_concurrent_runs
+            store,
+            self._executor.execute,
+            max_concurrent_runs=max_concurrent_runs,
+            lease_seconds=getattr(store, "lease_seconds", None) if self.shared else None,
         )
         self._inbox = Inbox(
             store,
@@ -120,6 +132,14 @@ class Runtime(Client):
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(store.acquire, loop, runtime._hub.committed, runtime._failed)
         runtime._opened = True
+        if runtime.shared:
+            shared = cast(SharedStore, store)
+            shared.watch(runtime._notice)
+            try:
+                await shared.declare_agents(app.latest_versions())
+            except BaseException:
+                await runtime.close()
+                raise
         if resume:
             await runtime.resume()
         return runtime
@@ -135,10 +155,21 @@ class Runtime(Client):
         self._check()
         if not self._resumed:
             self._resumed = True
-            await self._inbox.drain()
+            await self._inbox.drain()  # a shared store: what an older stead left posted
             self._scheduler.start_loop()
-            self._inbox.watch()
+            if not self.shared:
+                self._inbox.watch()
         self._wake()
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Stop taking runs and hand every executing one back at its next journal boundary
+        (an operation in progress finishes and is committed first), waiting up to ``timeout``
+        seconds; then :meth:`close`. On PostgreSQL another worker continues them at once."""
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise ValidationError(f"timeout must be a number of seconds >= 0, got {shown(timeout)}")
+        if not self._closed and self._fatal is None:
+            await self._scheduler.drain(timeout)
+        await self.close()
 
     async def close(self) -> None:
         """Abort active executions (their journal is kept), flush, and release the store."""
@@ -174,6 +205,13 @@ class Runtime(Client):
     def _wake(self) -> None:
         self._scheduler.wake()
 
+    def _notice(self, payload: str) -> None:
+        """A notification from the shared store: look for work; stop a run cancelled
+        elsewhere."""
+        if payload.startswith("cancel:"):
+            self._scheduler.cancel(payload.removeprefix("cancel:"))
+        self._scheduler.wake()
+
     def _failed(self, error: StorageError) -> None:
         if self._fatal is not None:
             return
@@ -187,9 +225,10 @@ class Runtime(Client):
     # -- submission: Client.submit, started here at once ------------------------------------
 
     def _accepted(self, run_id: str, ready: bool) -> None:
-        """A new run at its session's head starts at once, without asking the scheduler."""
-        if ready and self._resumed and self._scheduler.has_room():
-            self._scheduler.start(run_id)
+        """A new run at its session's head starts at once, without asking the scheduler (on a
+        shared store, the scheduler claims it)."""
+        if ready and self._resumed and not self.shared and self._scheduler.has_room():
+            self._scheduler.start(Claim(run_id))
         else:
             self._wake()
 
@@ -201,6 +240,12 @@ class Runtime(Client):
 
     async def _apply(self, command: Command) -> Any:
         self._check()
+        if self.shared:
+            answer = await cast(SharedStore, self.store).apply_command(
+                command, self.app.version_of, self.limits.max_pending_runs
+            )
+            self._applied(command, answer)
+            return answer
         answer = await self.store.transact(
             functools.partial(
                 transitions.apply,
@@ -239,7 +284,7 @@ class Runtime(Client):
                 run, bodies = found
                 if run.status.terminal:
                     return _outcome(run, bodies)
-                await ended.wait()
+                await wait_flag(ended, self._hub.poll)
             finally:
                 self._hub.forget_end(run_id, ended)
 

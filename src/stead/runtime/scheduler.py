@@ -1,60 +1,83 @@
-"""The scheduler: which runs execute now, and when to look again.
+"""The scheduler: which runs execute here now, and when to look again.
 
-Runnable runs start (at the head of their session, up to ``max_concurrent_runs``) as asyncio
-tasks. There is one wake-up time: the earliest moment a parked run becomes due (a back-off
-today; timers and signal deadlines later), kept as one timer. Between wake-ups it costs nothing.
+Runnable runs are claimed from the store (at the head of their session, up to
+``max_concurrent_runs``) and execute as asyncio tasks. On a store one runtime owns, every run is
+its own and a claim is only a name; on a store shared by workers, a claim is a lease the
+scheduler extends by heartbeat — a run whose lease was lost (another worker took it over, or it
+was cancelled) stops executing here at once. There is one wake-up time: the earliest moment a
+parked run becomes due or another worker's lease runs out, kept as one timer. Between wake-ups
+it costs nothing.
+
+Draining (a worker asked to stop) claims nothing more and lets each execution run to its next
+journal boundary, where it hands the run back for any worker to continue.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from ..errors import StorageError
-from ..journal.protocol import Store, Tx
-from ..journal.records import Run
+from ..journal.protocol import OwnedStore
+from ..journal.records import Claim
 
 __all__ = ["Scheduler"]
 
-
-def _schedulable(tx: Tx, *, limit: int, exclude: set[str]) -> tuple[list[Run], datetime | None]:
-    return tx.runnable(limit, exclude), tx.next_wakeup()
+logger = logging.getLogger("stead")
 
 
 class Scheduler:
     def __init__(
         self,
-        store: Store,
-        execute: Callable[[str], Awaitable[None]],
+        store: OwnedStore,
+        execute: Callable[[Claim], Awaitable[bool]],
         *,
         max_concurrent_runs: int,
+        lease_seconds: float | None = None,
     ) -> None:
         self._store = store
         self._execute = execute
         self.max_concurrent_runs = max_concurrent_runs
+        self._lease_seconds = lease_seconds
         self.active: dict[str, asyncio.Task[None]] = {}
+        #: The claims of the runs executing here.
+        self.claims: dict[str, Claim] = {}
+        #: Claims still held by executions that ended without leaving ``running``.
+        self._held: list[Claim] = []
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._stopped = False
+        #: Set while draining: claim nothing more; executions hand their run back at their
+        #: next journal boundary.
+        self.draining = False
 
     def start_loop(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="stead-scheduler")
+            if self._lease_seconds is not None:
+                self._heartbeat = asyncio.create_task(self._beat(), name="stead-heartbeat")
         self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
 
     def has_room(self) -> bool:
-        return self._task is not None and len(self.active) < self.max_concurrent_runs
+        return (
+            self._task is not None
+            and not self.draining
+            and len(self.active) < self.max_concurrent_runs
+        )
 
-    def start(self, run_id: str) -> None:
+    def start(self, claim: Claim) -> None:
+        run_id = claim.run_id
         if run_id not in self.active and not self._stopped:
-            task = asyncio.create_task(self._run(run_id), name=f"stead-run:{run_id}")
-            self.active[run_id] = task
+            self.claims[run_id] = claim
+            self.active[run_id] = asyncio.create_task(self._run(claim), name=f"stead-run:{run_id}")
 
     def cancel(self, run_id: str) -> None:
         task = self.active.get(run_id)
@@ -68,25 +91,48 @@ class Scheduler:
             task.cancel()
         self._wake.set()
 
+    async def drain(self, timeout: float) -> None:
+        """Claim nothing more and wait (up to ``timeout`` seconds) for every execution to
+        reach a journal boundary and hand its run back."""
+        self.draining = True
+        tasks = list(self.active.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        await self._release()
+
     async def stop(self) -> None:
-        """Cancel every execution (their journals are kept) and the loop."""
+        """Cancel every execution (their journals are kept) and the loop; give back the claims
+        that executions still held."""
         self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
         tasks = list(self.active.values())
-        if self._task is not None:
-            tasks.append(self._task)
+        for loop_task in (self._task, self._heartbeat):
+            if loop_task is not None:
+                tasks.append(loop_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._release()
 
-    async def _run(self, run_id: str) -> None:
+    async def _release(self) -> None:
+        held, self._held = self._held, []
+        with contextlib.suppress(StorageError):
+            await self._store.release_claims(held)
+
+    async def _run(self, claim: Claim) -> None:
+        held = False
         try:
-            await self._execute(run_id)
+            held = await self._execute(claim)
         finally:
-            self.active.pop(run_id, None)
+            self.active.pop(claim.run_id, None)
+            self.claims.pop(claim.run_id, None)
+            if held:
+                self._held.append(claim)
             if not self._stopped:
                 self._wake.set()
+        if held and self.draining and not self._stopped:
+            await self._release()  # another worker continues it while this one drains
 
     async def _loop(self) -> None:
         while True:
@@ -95,17 +141,30 @@ class Scheduler:
             if self._stopped:
                 return
             free = self.max_concurrent_runs - len(self.active)
-            if free <= 0:
+            if free <= 0 or self.draining:
                 continue
             try:
-                runs, wakeup = await self._store.read(
-                    functools.partial(_schedulable, limit=free, exclude=set(self.active))
-                )
+                claims, wakeup = await self._store.claim_runs(free, set(self.active))
             except StorageError:
                 return
-            for run in runs:
-                self.start(run.id)
+            for claim in claims:
+                self.start(claim)
             self._arm(wakeup)
+
+    async def _beat(self) -> None:
+        """Extend the leases of the runs executing here; stop executing those lost."""
+        assert self._lease_seconds is not None
+        while True:
+            await asyncio.sleep(self._lease_seconds / 3)
+            if not self.claims:
+                continue
+            try:
+                lost = await self._store.extend_leases(list(self.claims.values()))
+            except StorageError:
+                return
+            for run_id in lost:
+                logger.warning("run %s: this worker lost its lease; it stops here", run_id)
+                self.cancel(run_id)
 
     def _arm(self, wakeup: datetime | None) -> None:
         """Wake when the earliest parked run becomes due."""

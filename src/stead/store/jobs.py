@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import SteadError, StorageError
+from ..errors import LeaseLostError, SteadError, StorageError
+from ..journal.records import Claim
 
 __all__ = ["Job", "call_job", "run_jobs"]
 
@@ -27,11 +28,15 @@ class Job(Generic[T]):
     barrier: bool
     read_only: bool
     checked: bool
+    #: The claim a worker's write is fenced by (a store shared by workers), checked before the
+    #: job runs: a lost claim is the job's answer, and nothing of it is written.
+    fence: Claim | None = None
     result: Any = None
     error: BaseException | None = None
 
 
 class _Savepoints(Protocol):
+    def check_fence(self, claim: Claim) -> None: ...
     def savepoint(self) -> None: ...
     def rollback_savepoint(self) -> None: ...
     def release_savepoint(self) -> None: ...
@@ -60,8 +65,15 @@ def call_job(tx: Any, job: Job[Any], storage_errors: tuple[type[BaseException], 
 def run_jobs(
     tx: _Savepoints, batch: Sequence[Job[Any]], storage_errors: tuple[type[BaseException], ...]
 ) -> None:
-    """Every job of a batch in the open transaction ``tx``, each checked one in a savepoint."""
+    """Every job of a batch in the open transaction ``tx``, each checked one in a savepoint,
+    each fenced one only while its claim holds."""
     for job in batch:
+        if job.fence is not None:
+            try:
+                tx.check_fence(job.fence)
+            except LeaseLostError as lost:
+                job.error = lost
+                continue
         if job.read_only or not job.checked:
             if not call_job(tx, job, storage_errors) and not job.read_only:
                 raise StorageError(f"an internal write failed: {job.error}")

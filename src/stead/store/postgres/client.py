@@ -1,23 +1,27 @@
-"""A :class:`~stead.Client`'s side of the PostgreSQL store, in any process: reads, and commands.
+"""Commands and reads on a PostgreSQL store, from any process: a pool of connections.
 
-One runtime owns a schema at a time (it holds the schema's owner lock, a session advisory lock
-that the server releases when that runtime's connection ends, crash included). A command goes to
-the owner's inbox with a notification that wakes it, and the client waits for the answer; when
-no runtime owns the schema, the client applies the command itself, holding the owner lock for
-that one transaction, exactly as the owner would.
+Many workers share a schema, so there is no owner to post a command to: a command is one
+transaction that applies the transition itself, and a notification on the schema's channel wakes
+the workers (a cancelled run's worker stops executing it at once). What the command decides on
+is locked before it is read — the run and the interaction (``FOR UPDATE``), the session (an
+advisory lock) — so it and a worker's fenced write to that run, or another command, happen one
+after the other, and each statement sees what committed before it (``READ COMMITTED``). A
+command that collides with another transaction (a deadlock, a duplicate key raced in) is run
+again from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...errors import SchemaVersionError, StorageError
+from ..._ids import jitter
+from ..._json import JSON
+from ...errors import NotFoundError, SchemaVersionError, StorageError
 from ...journal import transitions
-from ...journal.commands import Command, answer_of, command_to_json, describe
-from ...journal.protocol import InboxRow
+from ...journal.commands import Cancel, Command, Submit
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -27,126 +31,158 @@ __all__ = ["PostgresClient"]
 
 T = TypeVar("T")
 
-#: How often a client looks whether the owner applied its command.
-POLL_INTERVAL = 0.025
+#: How often a command that keeps colliding with other transactions is tried before it fails.
+ATTEMPTS = 12
 
 
 class PostgresClient:
-    """One connection of a client (reads and commands); used from threads, one at a time."""
+    """The pool of a store's reads and commands; used from threads, each on its own connection."""
 
     def __init__(self, store: PostgresStore) -> None:
-        from .store import SCHEMA_VERSION
+        from psycopg_pool import ConnectionPool, PoolTimeout
 
         self._store = store
-        conn = store.connect()
+        conn = store.connect()  # one clear error for a server, database or schema we cannot use
         try:
-            found = conn.execute(
-                "SELECT to_regclass(%s)", (f'"{store.schema}".stead_meta',)
-            ).fetchone()[0]
-            version = (
-                int(conn.execute("SELECT schema_version FROM stead_meta").fetchone()[0])
-                if found is not None
-                else 0
-            )
-        except BaseException:
+            check_version(store, conn)
+        finally:
             conn.close()
-            raise
-        if version != SCHEMA_VERSION:
-            conn.close()
-            if version == 0:
-                raise StorageError(
-                    f"schema {store.schema!r} {store.where} holds no stead journal; a runtime "
-                    "creates it: App.open(stead.PostgresStore(url, schema=...))"
-                )
-            if version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"schema {store.schema!r} {store.where} has stead schema version {version}, "
-                    f"newer than this stead reads ({SCHEMA_VERSION}); upgrade stead"
-                )
-            raise SchemaVersionError(
-                f"schema {store.schema!r} {store.where} has stead schema version {version}, "
-                f"written by an older stead; open it once with a runtime of this stead "
-                f"(App.open), which migrates it to version {SCHEMA_VERSION}"
-            )
-        self._conn = conn
-        self._lock = threading.Lock()
+        self._pool = ConnectionPool(
+            store.url,
+            min_size=store.min_size,
+            max_size=store.max_size,
+            kwargs={"autocommit": True, "connect_timeout": 10},
+            configure=store.configure,
+            name=f"stead-postgres:{store.schema}",
+            open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=15)
+        except PoolTimeout:
+            self._pool.close()
+            raise StorageError(
+                f"cannot open {store.min_size} connection(s) to PostgreSQL {store.where} within "
+                "15s; check the server's max_connections and the store's min_size"
+            ) from None
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._pool.close()
 
     def read(self, fn: Callable[[PostgresTx], T]) -> T:
         """``fn`` on one snapshot of the journal."""
-        with self._lock:
-            return self._store.guarded(lambda: self._read(fn))
-
-    def _read(self, fn: Callable[[PostgresTx], T]) -> T:
-        self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            return fn(PostgresTx(self._conn, self._store.clock, read_only=True))
-        finally:
-            self._conn.execute("ROLLBACK")
+        with self._pool.connection() as conn:
+            return self._store.guarded(lambda: _read(conn, self._store, fn))
 
     async def command(self, command: Command, *, timeout: float) -> Any:
-        state, value = await asyncio.to_thread(self._post_or_apply, command)
-        if state == "applied":
-            return value
-        command_id = int(value)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            await asyncio.sleep(POLL_INTERVAL)
-            row = await asyncio.to_thread(self._answer_or_apply, command_id)
-            if row is not None and row[2] != "posted":
-                return answer_of(row[3])
-        raise TimeoutError(
-            f"the runtime that owns schema {self._store.schema!r} {self._store.where} did not "
-            f"apply {describe(command)} within {timeout:g}s; the command stays in the inbox "
-            f"(#{command_id}) and is applied when that runtime, or the next one to open the "
-            "schema, gets to it"
+        """Apply ``command`` (a client has no registry: a submission without a version is
+        pinned to the version a runtime registered last). ``timeout`` bounds the wait for a
+        connection."""
+        return await asyncio.to_thread(self.apply, command, None, None)
+
+    def apply(
+        self,
+        command: Command,
+        version_of: transitions.VersionOf | None,
+        max_pending: int | None,
+    ) -> JSON:
+        """Apply ``command`` in its own transaction, run again while it collides (blocking)."""
+        import psycopg.errors as pg
+
+        retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                with self._pool.connection() as conn:
+                    return self._store.guarded(
+                        lambda: self._apply(conn, command, version_of, max_pending),
+                        passing=retryable,
+                    )
+            except retryable:
+                if attempt == ATTEMPTS:
+                    break
+                time.sleep(jitter(0, 0.002 * 2**attempt))
+        raise StorageError(
+            f"{type(command).__name__.lower()} collided with other transactions on PostgreSQL "
+            f"{self._store.where} {ATTEMPTS} times; nothing of it was kept — try again"
         )
 
-    def _post_or_apply(self, command: Command) -> tuple[str, Any]:
-        """Apply ``command`` here if no runtime owns the schema, else post it (blocking)."""
-        with self._lock:
-            return self._store.guarded(lambda: self._post_or_apply_locked(command))
-
-    def _post_or_apply_locked(self, command: Command) -> tuple[str, Any]:
-        if self._store.try_owner_lock(self._conn):
-            try:
-                return "applied", self._write(lambda tx: transitions.apply(tx, command, None))
-            finally:
-                self._store.release_owner_lock(self._conn)
-        posted = self._write(lambda tx: tx.post_command(command_to_json(command)), notify=True)
-        return "posted", posted
-
-    def _answer_or_apply(self, command_id: int) -> InboxRow | None:
-        """The posted command's row once answered; applied here if meanwhile nobody owns the
-        schema (the owner stopped), in one transaction with its answer."""
-        with self._lock:
-            return self._store.guarded(lambda: self._answer_or_apply_locked(command_id))
-
-    def _answer_or_apply_locked(self, command_id: int) -> InboxRow | None:
-        row = self._read(lambda tx: tx.get_command(command_id))
-        if row is None or row[2] != "posted" or not self._store.try_owner_lock(self._conn):
-            return row
-        try:
-            return self._write(lambda tx: transitions.apply_posted(tx, command_id))
-        finally:
-            self._store.release_owner_lock(self._conn)
-
-    def _write(self, fn: Callable[[PostgresTx], T], *, notify: bool = False) -> T:
-        conn = self._conn
+    def _apply(
+        self,
+        conn: Any,
+        command: Command,
+        version_of: transitions.VersionOf | None,
+        max_pending: int | None,
+    ) -> JSON:
+        store = self._store
         conn.execute("BEGIN")
         try:
-            tx = PostgresTx(conn, self._store.clock)
-            value = fn(tx)
+            tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
+            if version_of is None and isinstance(command, Submit) and command.version is None:
+                version_of = _registered(tx)
+            answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
             tx.write_events()
             tx.write_sequence()
-            if notify:
-                conn.execute(f"NOTIFY {self._store.channel}")
+            notice = f"cancel:{command.run_id}" if isinstance(command, Cancel) else ""
+            conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
             conn.execute("COMMIT")
-            return value
+            return answer
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+
+def _read(conn: Any, store: PostgresStore, fn: Callable[[PostgresTx], T]) -> T:
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        return fn(PostgresTx(conn, store.clock, read_only=True))
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def _registered(tx: PostgresTx) -> transitions.VersionOf:
+    """The version a runtime declared latest for an agent (when a client names none)."""
+
+    def version_of(agent_id: str, version: str | None) -> str:
+        if version is not None:
+            return version
+        row = tx.execute(
+            "SELECT version FROM stead_agents WHERE agent_id = ? ORDER BY latest_at DESC LIMIT 1",
+            (agent_id,),
+        ).fetchone()
+        if row is not None:
+            return str(row[0])
+        known = [r[0] for r in tx.execute("SELECT DISTINCT agent_id FROM stead_agents")]
+        raise NotFoundError(
+            f"unknown agent {agent_id!r}: no worker on this schema registered it; registered "
+            f"agents: {', '.join(sorted(known)) or 'none'}. Start a worker whose App has it"
+        )
+
+    return version_of
+
+
+def check_version(store: PostgresStore, conn: Any) -> None:
+    """The schema must hold a journal of exactly this stead's schema version."""
+    from .store import SCHEMA_VERSION
+
+    found = conn.execute("SELECT to_regclass(%s)", (f'"{store.schema}".stead_meta',)).fetchone()[0]
+    version = (
+        int(conn.execute("SELECT schema_version FROM stead_meta").fetchone()[0])
+        if found is not None
+        else 0
+    )
+    if version == SCHEMA_VERSION:
+        return
+    if version == 0:
+        raise StorageError(
+            f"schema {store.schema!r} {store.where} holds no stead journal; a runtime "
+            "creates it: App.open(stead.PostgresStore(url, schema=...))"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"schema {store.schema!r} {store.where} has stead schema version {version}, "
+            f"newer than this stead reads ({SCHEMA_VERSION}); upgrade stead"
+        )
+    raise SchemaVersionError(
+        f"schema {store.schema!r} {store.where} has stead schema version {version}, "
+        f"written by an older stead; open it once with a runtime of this stead "
+        f"(App.open), which migrates it to version {SCHEMA_VERSION}"
+    )

@@ -7,6 +7,12 @@ newer stead is refused. Writes go through :class:`~.writer.PostgresWriter` (grou
 thread; barriers commit with ``synchronous_commit = on``). The row SQL is the journal's shared
 SQL (``..rows``), and every rule is a transition of :mod:`stead.journal.transitions`.
 
+Many workers (runtimes, in any number of processes and hosts) share a schema. Each claims
+runnable runs with ``FOR UPDATE SKIP LOCKED``, holding a lease it extends by heartbeat and with
+every journal write; every write of an execution is fenced by the claim's epoch, so a worker that
+lost a run commits nothing more for it. Commands are plain transactions plus a notification on
+the schema's channel, which wakes the workers (with a polling fallback).
+
 Several stead apps may share one database, each in its own schema (``schema="stead"`` by
 default). A URL's password never appears in an error, a ``repr`` or a log line.
 """
@@ -15,19 +21,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import math
+import os
 import re
 import shlex
+import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..._clock import Clock, SystemClock
-from ...errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
+from ..._ids import new_token
+from ..._json import JSON
+from ...errors import SchemaVersionError, StorageError, ValidationError, shown
+from ...journal import transitions
 from ...journal.commands import Command
 from ...journal.protocol import Durability
-from ...journal.records import Event
+from ...journal.records import RUNNABLE_STATUSES, Claim, Event
 from ..migrate import migrations
+from ..rows._base import TERMINAL_SQL
 from .client import PostgresClient
 from .tx import PostgresTx
 from .writer import PostgresWriter
@@ -39,8 +54,9 @@ T = TypeVar("T")
 #: The schema version this stead writes in the ``postgres`` dialect.
 SCHEMA_VERSION = max(v for v, _ in migrations("postgres"))
 
-#: Pauses between tries of the owner lock before a second owner is refused (None: give up).
-_LOCK_PAUSES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, None)
+#: A session that sits inside a transaction longer than this is ended by the server, so a
+#: worker stopped mid-transaction (SIGSTOP, a frozen VM) cannot keep a run's row locked.
+IDLE_IN_TRANSACTION_MS = 5000
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,25 +81,61 @@ class PostgresStore:
     """
 
     storage_errors: tuple[type[BaseException], ...]
+    #: Many runtimes may execute this store's runs at once (claims with leases).
+    shared = True
 
-    def __init__(self, url: str, *, schema: str = "stead", clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "stead",
+        min_size: int = 1,
+        max_size: int = 10,
+        lease_seconds: float = 15.0,
+        clock: Clock | None = None,
+    ) -> None:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
-            shown = url if not isinstance(url, str) else redacted_url(url)
+            found = url if not isinstance(url, str) else redacted_url(url)
             raise ValidationError(
                 f"PostgresStore takes a postgresql:// URL (postgresql://user@host:5432/dbname), "
-                f"not {shown!r}; for a SQLite file use stead.SqliteStore(path)"
+                f"not {found!r}; for a SQLite file use stead.SqliteStore(path)"
             )
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
             raise ValidationError(
                 f"schema must be a lowercase PostgreSQL identifier (letters, digits and _, "
                 f"not starting with a digit, at most 63 characters), not {schema!r}"
             )
+        for name, value, least in (("min_size", min_size, 0), ("max_size", max_size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValidationError(
+                    f"{name} must be an integer >= {least} (connections in the pool of "
+                    f"commands and reads), got {shown(value)}"
+                )
+        if min_size > max_size:
+            raise ValidationError(
+                f"min_size ({min_size}) must not exceed max_size ({max_size}); raise max_size"
+            )
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, int | float)
+            or not math.isfinite(lease_seconds)
+            or not 0.2 <= lease_seconds <= 3600
+        ):
+            raise ValidationError(
+                f"lease_seconds must be a number of seconds from 0.2 to 3600 (how long a "
+                f"worker's claim on a run outlives its last heartbeat), got {shown(lease_seconds)}"
+            )
         self.url = url
         self.schema = schema
+        self.min_size = min_size
+        self.max_size = max_size
+        self.lease_seconds = float(lease_seconds)
         self.clock: Clock = clock or SystemClock()
         self.where = _describe(url)
-        #: The channel that wakes the owner when a client posts a command.
+        #: The channel that wakes the workers when something became runnable or was cancelled.
         self.channel = f"stead_{schema}"
+        #: This runtime's name in the claims it holds (``host:pid:random``), once opened.
+        self.worker = ""
         self._writer: PostgresWriter | None = None
         self._client: PostgresClient | None = None
         self._listener: _Listener | None = None
@@ -112,7 +164,7 @@ class PostgresStore:
                 "database name in the URL"
             ) from None
         try:
-            conn.execute(f'SET search_path TO "{self.schema}"')
+            self.configure(conn)
         except psycopg.Error as exc:
             conn.close()
             raise StorageError(
@@ -120,6 +172,16 @@ class PostgresStore:
                 f"{_reason(exc, self.url)}"
             ) from None
         return conn
+
+    def configure(self, conn: Any) -> None:
+        """Set up a new connection: this store's schema first on its search path, no
+        transaction left idle (a stopped process must not hold a run's row locked), and
+        ``application_name`` ``stead:SCHEMA`` (``pg_stat_activity`` shows stead's sessions)."""
+        conn.execute(
+            f'SET search_path TO "{self.schema}"; '
+            f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}; "
+            f"SET application_name = 'stead:{self.schema}'"
+        )
 
     def migrate(self, conn: Any) -> int:
         """Create or upgrade this store's schema (under an advisory lock); returns the schema
@@ -175,7 +237,8 @@ class PostgresStore:
         on_commit: Callable[[list[Event]], None],
         on_fatal: Callable[[StorageError], None],
     ) -> int:
-        """Connect, migrate and start the writer (blocking; called on a thread)."""
+        """Connect, migrate and start the writer and the listener (blocking; called on a
+        thread). Any number of runtimes may do so on one schema at once."""
         if self._writer is not None:
             raise StorageError(f"{self!r} is open already; open it once")
         conn = self.connect()
@@ -185,12 +248,13 @@ class PostgresStore:
             conn.close()
         psycopg = _psycopg()
         self.storage_errors = (psycopg.Error, OSError, MemoryError)
-        listener = _Listener(self)
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{new_token()[:6]}"
+        listener = _Listener(self, loop)
         try:
             self._writer = PostgresWriter(
-                self._connect_owner,
+                self.connect,
                 lambda connection, read_only: PostgresTx(
-                    connection, self.clock, read_only=read_only
+                    connection, self.clock, read_only=read_only, lease_seconds=self.lease_seconds
                 ),
                 loop,
                 on_commit,
@@ -204,41 +268,145 @@ class PostgresStore:
         self._listener = listener
         return found
 
-    def _connect_owner(self) -> Any:
-        """The writer's connection, holding the schema's owner lock for as long as it lives.
-        A lock held by an owner that just died is freed once the server ends its session, a
-        moment later: the lock is tried a few times before a live owner is assumed."""
-        conn = self.connect()
-        for pause in _LOCK_PAUSES:
-            if self.guarded(lambda: self.try_owner_lock(conn)):
-                return conn
-            if pause is not None:
-                time.sleep(pause)
-        conn.close()
-        raise OwnershipError(
-            f"another stead runtime owns schema {self.schema!r} {self.where}; a schema has "
-            "one live runtime at a time: stop that one first, or give this app its own "
-            "schema (PostgresStore(url, schema=...))"
+    def watch(self, on_notice: Callable[[str], None]) -> None:
+        """Call ``on_notice(payload)`` on the loop for every notification on the schema's
+        channel (``cancel:RUN_ID`` for a cancelled run, ``""`` otherwise), and with ``""``
+        every few seconds as a fallback for a lost one."""
+        if self._listener is not None:
+            self._listener.on_notice = on_notice
+
+    # -- claims: many workers on one schema -------------------------------------------------
+
+    def claim_runs(
+        self, limit: int, exclude: Iterable[str]
+    ) -> Awaitable[tuple[list[Claim], datetime | None]]:
+        """Claim up to ``limit`` runnable runs (not ``exclude``) for this worker; with them,
+        when to look again (a back-off ending, a lease of another worker running out)."""
+        return self._open_writer().submit(
+            functools.partial(self._claim, limit=limit, exclude=list(exclude))
         )
 
-    def try_owner_lock(self, conn: Any) -> bool:
-        """Take the schema's owner lock on ``conn`` if nobody holds it (blocking)."""
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (self._owner_key,))
-        return bool(row.fetchone()[0])
+    def _claim(
+        self, tx: PostgresTx, *, limit: int, exclude: list[str]
+    ) -> tuple[list[Claim], datetime | None]:
+        statuses = ", ".join(f"'{s}'" for s in (*RUNNABLE_STATUSES, "retry_wait"))
+        ready = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
+        rows = tx.execute(
+            "WITH ready AS (SELECT r.id FROM stead_runs AS r "
+            f"WHERE r.status IN ({statuses}) "
+            f"AND (r.status IN ({ready}) OR r.next_attempt_at <= ?) "
+            "AND (r.lease_until IS NULL OR r.lease_until < clock_timestamp()) "
+            "AND r.id <> ALL(?) "
+            "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
+            f"AND p.number < r.number AND p.status NOT IN {TERMINAL_SQL}) "
+            "ORDER BY r.number LIMIT ? FOR UPDATE OF r SKIP LOCKED) "
+            "UPDATE stead_runs AS s SET claim_epoch = s.claim_epoch + 1, claimed_by = ?, "
+            "lease_until = clock_timestamp() + make_interval(secs => ?) "
+            "FROM ready WHERE s.id = ready.id RETURNING s.id, s.claim_epoch, s.number",
+            (tx.stamp(), exclude, limit, self.worker, self.lease_seconds),
+        ).fetchall()
+        rows.sort(key=lambda row: row[2])
+        claims = [Claim(run_id, int(epoch)) for run_id, epoch, _ in rows]
+        wakeup = tx.next_wakeup()
+        row = tx.execute(
+            "SELECT EXTRACT(EPOCH FROM MIN(lease_until) - clock_timestamp()) FROM stead_runs "
+            f"WHERE status IN ({statuses}) AND lease_until IS NOT NULL AND claimed_by <> ?",
+            (self.worker,),
+        ).fetchone()
+        if row[0] is not None:
+            expiry = tx.now() + timedelta(seconds=max(0.0, float(row[0])) + 0.05)
+            wakeup = expiry if wakeup is None else min(wakeup, expiry)
+        return claims, wakeup
 
-    def release_owner_lock(self, conn: Any) -> None:
-        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (self._owner_key,))
+    async def extend_leases(self, claims: Sequence[Claim]) -> set[str]:
+        """Heartbeat: extend the lease of every claim still held; returns the runs another
+        worker holds now (a run that left ``running`` is finishing here, or was cancelled,
+        which its notification reports)."""
+        if not claims:
+            return set()
+        return await self._open_writer().submit(
+            functools.partial(self._extend, claims=list(claims))
+        )
 
-    @property
-    def _owner_key(self) -> str:
-        return f"stead-owner:{self.schema}"
+    def _extend(self, tx: PostgresTx, *, claims: list[Claim]) -> set[str]:
+        rows = tx.execute(
+            "UPDATE stead_runs AS s SET lease_until = clock_timestamp() + make_interval(secs => ?) "
+            "FROM unnest(?::text[], ?::bigint[]) AS c(id, epoch) "
+            "WHERE s.id = c.id AND s.claim_epoch = c.epoch AND s.claimed_by = ? RETURNING s.id",
+            (
+                self.lease_seconds,
+                [c.run_id for c in claims],
+                [c.epoch for c in claims],
+                self.worker,
+            ),
+        ).fetchall()
+        missing = [c.run_id for c in claims if c.run_id not in {row[0] for row in rows}]
+        if not missing:
+            return set()
+        taken = tx.execute(
+            "SELECT id FROM stead_runs WHERE id = ANY(?) AND claimed_by IS NOT NULL",
+            (missing,),
+        ).fetchall()
+        return {row[0] for row in taken}
 
-    def guarded(self, fn: Callable[[], T]) -> T:
+    async def release_claims(self, claims: Sequence[Claim]) -> None:
+        """Give runs up (this worker stops or hands them over): any worker may claim them at
+        once and continue from their journals."""
+        if claims:
+            await self._open_writer().submit(
+                functools.partial(self._release, claims=list(claims)), barrier=True
+            )
+
+    def _release(self, tx: PostgresTx, *, claims: list[Claim]) -> None:
+        tx.execute(
+            "UPDATE stead_runs AS s SET claimed_by = NULL, lease_until = NULL "
+            "FROM unnest(?::text[], ?::bigint[]) AS c(id, epoch) "
+            "WHERE s.id = c.id AND s.claim_epoch = c.epoch",
+            ([c.run_id for c in claims], [c.epoch for c in claims]),
+        )
+        tx.execute("SELECT pg_notify(?, '')", (self.channel,))
+
+    def fenced(self, claim: Claim) -> _Fenced:
+        """This store as one execution writes to it: every transaction fenced by ``claim``."""
+        return _Fenced(self, claim)
+
+    async def declare_agents(self, latest: Mapping[str, str]) -> None:
+        """Record the agent versions this runtime runs, each the latest of its agent, so a
+        client with no registry pins a new submission as a runtime would."""
+        if latest:
+            await self._open_writer().submit(
+                functools.partial(self._declare, latest=dict(latest)), barrier=True
+            )
+
+    def _declare(self, tx: PostgresTx, *, latest: dict[str, str]) -> None:
+        tx.executemany(
+            "INSERT INTO stead_agents (agent_id, version, latest_at) "
+            "VALUES (?, ?, clock_timestamp()) "
+            "ON CONFLICT (agent_id, version) DO UPDATE SET latest_at = EXCLUDED.latest_at",
+            sorted(latest.items()),
+        )
+
+    async def apply_command(
+        self,
+        command: Command,
+        version_of: transitions.VersionOf | None,
+        max_pending: int | None,
+    ) -> JSON:
+        """Apply a command for a runtime: its own transaction on the pool, and a notification
+        (see :mod:`.client`)."""
+        await asyncio.to_thread(self.client_open)
+        assert self._client is not None
+        return await asyncio.to_thread(self._client.apply, command, version_of, max_pending)
+
+    def guarded(self, fn: Callable[[], T], *, passing: tuple[type[BaseException], ...] = ()) -> T:
         """``fn()``, with a failure of the server or the connection as one
-        :class:`StorageError` naming the server (never the password)."""
+        :class:`StorageError` naming the server (never the password); ``passing`` errors are
+        raised as they are."""
         psycopg = _psycopg()
         try:
             return fn()
+        except passing:
+            raise
         except psycopg.Error as exc:
             raise StorageError(
                 f"PostgreSQL {self.where} failed: {_reason(exc, self.url)}; nothing of the "
@@ -251,14 +419,19 @@ class PostgresStore:
         *,
         durability: Durability = "commit",
         isolated: bool = True,
+        fence: Claim | None = None,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)`` on the writer; the future resolves once it is committed (with
         ``synchronous_commit = on`` for a ``barrier``). An ``isolated`` one runs inside a
         savepoint, so a refusal undoes its writes alone; otherwise its failure poisons the
-        store."""
+        store. A ``fence``d one runs only while this worker holds that claim; otherwise it
+        fails with :class:`~stead.errors.LeaseLostError` and writes nothing."""
         writer = self._open_writer()
         return writer.submit(
-            fn, barrier=durability == "barrier", checked=isolated and durability != "lazy"
+            fn,
+            barrier=durability == "barrier",
+            checked=isolated and durability != "lazy",
+            fence=fence,
         )
 
     def read(self, fn: Callable[[PostgresTx], T]) -> asyncio.Future[T]:
@@ -272,24 +445,24 @@ class PostgresStore:
         return self._writer.amend(queued, fn)
 
     def changed_elsewhere(self) -> bool:
-        """Whether a client posted a command since the last call (a notification), or, as a
-        fallback for a lost one, a few seconds passed."""
-        return self._listener is not None and self._listener.woken()
+        """Never: commands are applied where they are given (:meth:`watch` wakes workers)."""
+        return False
 
     async def aclose(self) -> None:
-        """Commit what is queued, then close (the owner lock goes with the connection)."""
+        """Commit what is queued, then close the connections."""
         writer, self._writer = self._writer, None
         listener, self._listener = self._listener, None
         if writer is not None:
             await writer.aclose()
         if listener is not None:
             await asyncio.to_thread(listener.stop)
+        await asyncio.to_thread(self.client_close)
 
     # -- the store as a Client in any process uses it ----------------------------------------
 
     def client_open(self) -> None:
-        """Open this store for a :class:`~stead.Client` (blocking): a connection that reads,
-        posts commands to the owner, or applies them when no runtime owns the schema."""
+        """Open this store for a :class:`~stead.Client` (blocking): the pool of connections
+        that read and apply commands."""
         if self._client is None:
             self._client = PostgresClient(self)
 
@@ -347,43 +520,88 @@ def _reason(exc: BaseException, url: str) -> str:
 
 
 class _Listener:
-    """LISTENs on the store's channel on a thread of its own and remembers being woken."""
+    """LISTENs on the store's channel on a thread of its own and hands every notification to
+    the loop; reconnects after the server went away."""
 
-    #: Seconds after which the owner looks at its inbox even without a notification.
+    #: Seconds after which the workers look for work even without a notification.
     fallback = 2.0
     #: Seconds the thread waits for a notification before it looks whether to stop: closing
     #: a store waits at most this long for the thread.
     tick = 0.05
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._conn = store.connect()
-        self._conn.execute(f"LISTEN {store.channel}")
-        self._notified = threading.Event()
+    def __init__(self, store: PostgresStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+        self.on_notice: Callable[[str], None] | None = None
+        self._conn: Any = self._listen()
         self._stopping = threading.Event()
-        self._last = time.monotonic()
         self._thread = threading.Thread(
             target=self._main, name=f"stead-listen:{store.schema}", daemon=True
         )
         self._thread.start()
 
-    def woken(self) -> bool:
-        now = time.monotonic()
-        if self._notified.is_set() or now - self._last >= self.fallback:
-            self._notified.clear()
-            self._last = now
-            return True
-        return False
+    def _listen(self) -> Any:
+        conn = self._store.connect()
+        try:
+            conn.execute(f"LISTEN {self._store.channel}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _hand(self, payload: str) -> None:
+        callback = self.on_notice
+        if callback is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                self._loop.call_soon_threadsafe(callback, payload)
 
     def _main(self) -> None:
+        last = time.monotonic()
         while not self._stopping.is_set():
             try:
-                for _ in self._conn.notifies(timeout=self.tick):
-                    self._notified.set()
-            except Exception:  # the connection failed: the fallback keeps the owner looking
+                if self._conn is None:
+                    self._conn = self._listen()
+                    self._hand("")  # notifications may have been missed meanwhile
+                for notice in self._conn.notifies(timeout=self.tick):
+                    self._hand(notice.payload)
+            except Exception:  # the server went away: the fallback keeps the workers looking
+                with contextlib.suppress(Exception):
+                    if self._conn is not None:
+                        self._conn.close()
+                self._conn = None
                 self._stopping.wait(self.fallback)
+            now = time.monotonic()
+            if now - last >= self.fallback:
+                last = now
+                self._hand("")
 
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join()
         with contextlib.suppress(Exception):
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
+
+
+class _Fenced:
+    """A store as one claimed execution writes to it: every transaction fenced by the claim."""
+
+    def __init__(self, store: PostgresStore, claim: Claim) -> None:
+        self._store = store
+        self._claim = claim
+        self.clock = store.clock
+
+    def transact(
+        self,
+        fn: Callable[[PostgresTx], T],
+        *,
+        durability: Durability = "commit",
+        isolated: bool = True,
+    ) -> asyncio.Future[T]:
+        return self._store.transact(fn, durability=durability, isolated=isolated, fence=self._claim)
+
+    def read(self, fn: Callable[[PostgresTx], T]) -> asyncio.Future[T]:
+        return self._store.read(fn)
+
+    def amend(self, queued: Awaitable[Any], fn: Callable[[PostgresTx], Any]) -> bool:
+        return self._store.amend(queued, fn)

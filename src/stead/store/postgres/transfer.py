@@ -4,8 +4,8 @@ Everything is copied as it is — runs in every status with their numbers, opera
 their sequences, interactions in their order, blobs, history, the inbox — in one PostgreSQL
 transaction, then checked: the row count and a digest of every table must be the same on both
 sides, or the transaction is rolled back and nothing is kept. The source is only read. While the
-copy runs, the SQLite file's owner lock and the schema's owner lock are held, so no runtime
-changes either side; afterwards a runtime opened on the schema continues the unfinished runs.
+copy runs, the SQLite file's owner lock is held and the schema's tables are locked, so no runtime
+changes either side; afterwards workers on the schema continue the unfinished runs.
 """
 
 from __future__ import annotations
@@ -98,10 +98,6 @@ def _copy(src: sqlite3.Connection, path: str, target: PostgresStore) -> Copied:
     conn = target.connect()
     try:
         target.migrate(conn)
-        if not target.guarded(lambda: target.try_owner_lock(conn)):
-            raise StorageError(
-                f"a runtime owns schema {target.schema!r} {target.where}; stop it first"
-            )
         return target.guarded(lambda: _copy_locked(src, path, conn, target))
     finally:
         conn.close()
@@ -110,6 +106,9 @@ def _copy(src: sqlite3.Connection, path: str, target: PostgresStore) -> Copied:
 def _copy_locked(src: sqlite3.Connection, path: str, conn: Any, target: PostgresStore) -> Copied:
     conn.execute("BEGIN")
     try:
+        # No worker reads or writes the schema until the copy commits (or is rolled back).
+        tables = ", ".join(table for table, _ in TABLES)
+        conn.execute(f"LOCK TABLE stead_meta, {tables} IN ACCESS EXCLUSIVE MODE")
         for table, _ in TABLES:
             found = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
             if found:

@@ -15,8 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import Clock
-from ...journal.records import Event
+from ...errors import LeaseLostError
+from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
+from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of, run_of
 
 
 class PostgresTx(SqlTx):
@@ -24,10 +26,28 @@ class PostgresTx(SqlTx):
 
     dialect = POSTGRES
 
-    def __init__(self, conn: Any, clock: Clock, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        clock: Clock,
+        *,
+        read_only: bool = False,
+        lease_seconds: float = 15.0,
+        lock_runs: bool = False,
+    ) -> None:
         self.conn = conn
         self.clock = clock
         self.read_only = read_only
+        self.lease_seconds = lease_seconds
+        #: A command's transaction locks what it decides on before reading it — the run and
+        #: the interaction (``FOR UPDATE``), the session (an advisory lock) — so it and a
+        #: worker's write, or another command, happen one after the other, and each statement
+        #: (``READ COMMITTED``) sees what committed before.
+        self.lock_runs = lock_runs
+        #: The fences this transaction checked: the run's row stays locked until it ends.
+        self._fenced: dict[str, bool] = {}
+        self._fenced_mark: dict[str, bool] = {}
+        self._sessions: set[str] = set()
         self.events: list[Event] = []
         self.unwritten = []
         self._sequence: int | None = None  # the next free sequence, once the counter is locked
@@ -39,6 +59,67 @@ class PostgresTx(SqlTx):
         with self.conn.cursor() as cursor:
             cursor.executemany(self.dialect.sql(sql), rows)
             return cursor
+
+    # -- claims and fences -------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> Run | None:
+        if not self.lock_runs:
+            return super().get_run(run_id)
+        row = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ? FOR UPDATE", (run_id,)
+        ).fetchone()
+        return run_of(row) if row else None
+
+    def get_interaction(self, interaction_id: str) -> Interaction | None:
+        if not self.lock_runs:
+            return super().get_interaction(interaction_id)
+        row = self.execute(
+            f"{INTERACTION_SELECT} WHERE i.id = ? FOR UPDATE OF i", (interaction_id,)
+        ).fetchone()
+        return interaction_of(row) if row else None
+
+    def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
+        self._lock_session(session_id)
+        return super().find_request(session_id, request_id)
+
+    def unfinished_in_session(self, session_id: str) -> Run | None:
+        self._lock_session(session_id)
+        return super().unfinished_in_session(session_id)
+
+    def later_started(self, run: Run) -> Run | None:
+        self._lock_session(run.session_id)
+        return super().later_started(run)
+
+    def _lock_session(self, session_id: str) -> None:
+        """A command deciding on a session's runs (a submission, a retry) holds the session
+        until it commits, so two commands never decide on one session at once."""
+        if self.lock_runs and session_id not in self._sessions:
+            self.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(?))", (f"stead-session:{session_id}",)
+            )
+            self._sessions.add(session_id)
+
+    def check_fence(self, claim: Claim) -> None:
+        """Before a worker's write to ``claim.run_id``: the claim must still be this worker's
+        (same epoch), else :class:`LeaseLostError`. Holding, it extends the lease and locks the
+        run's row until the transaction ends, so nobody takes the run over in between."""
+        held = self._fenced.get(claim.run_id)
+        if held is None:
+            row = self.execute(
+                "UPDATE stead_runs SET lease_until = clock_timestamp() + make_interval(secs => ?) "
+                "WHERE id = ? AND claim_epoch = ? AND claimed_by IS NOT NULL RETURNING 1",
+                (self.lease_seconds, claim.run_id, claim.epoch),
+            ).fetchone()
+            held = self._fenced[claim.run_id] = row is not None
+        if not held:
+            raise LeaseLostError(
+                f"this worker lost its claim on run {claim.run_id} (epoch {claim.epoch}): the "
+                "lease expired and another worker took the run over, or the run left running; "
+                "nothing of the refused write was kept"
+            )
+
+    def claim_released(self, run_id: str) -> None:
+        self._fenced[run_id] = False
 
     # -- the sequence counter ----------------------------------------------------------------
 
@@ -75,6 +156,7 @@ class PostgresTx(SqlTx):
         self.write_events()
         self.conn.execute("SAVEPOINT job")
         self._mark = (self._sequence, len(self.events))
+        self._fenced_mark = dict(self._fenced)
         self._now = None
 
     def rollback_savepoint(self) -> None:
@@ -83,6 +165,7 @@ class PostgresTx(SqlTx):
         # A counter lock first taken after the savepoint was released with it: take it again.
         self._sequence, count = self._mark
         del self.events[count:]
+        self._fenced = self._fenced_mark
 
     def release_savepoint(self) -> None:
         self.write_events()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ...errors import StorageError
-from ...journal.records import Event
+from ...journal.records import Claim, Event
 from ..jobs import Job, call_job, run_jobs
 from .tx import PostgresTx
 
@@ -68,15 +68,17 @@ class PostgresWriter:
         barrier: bool = False,
         read_only: bool = False,
         checked: bool = True,
+        fence: Claim | None = None,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)``; the future resolves once its batch committed (a barrier's with
         ``synchronous_commit = on``). A ``checked`` job may raise a
-        :class:`~stead.errors.SteadError` as its answer, which undoes its writes alone."""
+        :class:`~stead.errors.SteadError` as its answer, which undoes its writes alone. A
+        ``fence``d job runs only while the claim holds (``jobs.run_jobs``)."""
         future: asyncio.Future[T] = self._loop.create_future()
         if self.poisoned is not None:
             future.set_exception(self.poisoned)
             return future
-        self._pending.append(Job(fn, future, barrier, read_only, checked))
+        self._pending.append(Job(fn, future, barrier, read_only, checked, fence))
         self._idle.clear()
         if not self._scheduled and not self._in_flight:
             self._scheduled = True

@@ -39,6 +39,10 @@ class Dialect:
     #: A column that orders a table's rows by insertion (SQLite's implicit rowid; a generated
     #: ``number`` column where there is none).
     insertion_order: str
+    #: Assignments added to a run's ``UPDATE`` when it leaves ``running``: a store whose runs
+    #: are claimed by workers drops the claim and moves the epoch on (so nothing its former
+    #: worker still sends lands).
+    release_claim: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -64,6 +68,7 @@ POSTGRES = Dialect(
     insert_ignore="INSERT INTO",
     on_conflict_ignore="ON CONFLICT DO NOTHING",
     insertion_order="number",
+    release_claim=", claim_epoch = claim_epoch + 1, claimed_by = NULL, lease_until = NULL",
 )
 
 

@@ -111,7 +111,16 @@ class RunRows(SqlBase):
             assignments.append(f"{name} = ?")
             values.append(value)
         values.append(run_id)
-        self.execute(f"UPDATE stead_runs SET {', '.join(assignments)} WHERE id = ?", values)
+        released = ""
+        if self.dialect.release_claim and fields.get("status", "running") != "running":
+            released = self.dialect.release_claim
+            self.claim_released(run_id)
+        self.execute(
+            f"UPDATE stead_runs SET {', '.join(assignments)}{released} WHERE id = ?", values
+        )
+
+    def claim_released(self, run_id: str) -> None:
+        """Called when an update drops the run's claim (a store with claims keeps track)."""
 
     def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
         """Runs the scheduler may start, in submission order: runnable status (or a retry_wait

@@ -30,8 +30,9 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -40,7 +41,7 @@ from ..._ids import boot_id, new_token
 from ...errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
 from ...journal.commands import Command
 from ...journal.protocol import Durability
-from ...journal.records import Event
+from ...journal.records import Claim, Event
 from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
 from ..rows.events import MAX_SEQUENCE_SQL
 from .client import ClientSide as _ClientSide
@@ -103,6 +104,8 @@ class SqliteStore:
     tx_class: type[SqliteTx] = SqliteTx
     #: What the writer treats as a failure of the storage itself (it poisons the runtime).
     storage_errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, MemoryError)
+    #: One runtime owns the file: its runs need no claims (the owner token fences every commit).
+    shared = False
 
     def __init__(
         self,
@@ -415,6 +418,30 @@ class SqliteStore:
         if self._writer is None or not isinstance(queued, asyncio.Future):
             return False
         return self._writer.amend(queued, fn)
+
+    # -- claims: the one owner holds every run ----------------------------------------------
+
+    def claim_runs(
+        self, limit: int, exclude: Iterable[str]
+    ) -> Awaitable[tuple[list[Claim], datetime | None]]:
+        """The runnable runs to start (the owner claims nothing: it holds them all), and when
+        a parked one becomes due."""
+        skip = set(exclude)
+        return self.read(
+            lambda tx: (
+                [Claim(run.id) for run in tx.runnable(limit, skip)],
+                tx.next_wakeup(),
+            )
+        )
+
+    async def extend_leases(self, claims: Sequence[Claim]) -> set[str]:
+        return set()
+
+    async def release_claims(self, claims: Sequence[Claim]) -> None:
+        return None
+
+    def fenced(self, claim: Claim) -> SqliteStore:
+        return self
 
     def changed_elsewhere(self) -> bool:
         """Whether another process committed to the file since the last call (a command

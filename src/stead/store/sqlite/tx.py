@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import Clock
-from ...journal.records import Event
+from ...journal.records import Claim, Event
 from ..rows import SQLITE, SqlTx
 
 
@@ -37,6 +37,10 @@ class SqliteTx(SqlTx):
         self._mark: tuple[int, int] = (next_sequence, 0)
         self._now: datetime | None = None
         self._stamp = ""
+
+    def check_fence(self, claim: Claim) -> None:
+        """Nothing to check per run: one runtime owns a SQLite file, and its owner token
+        fences every commit."""
 
     # -- transaction plumbing ----------------------------------------------------------------
 
