@@ -262,8 +262,12 @@ class PostgresStore:
                 storage_errors=self.storage_errors,
                 name=f"stead-postgres:{self.schema}",
             )
+            self.client_open()  # the pool of commands: a first submission need not wait for it
         except BaseException:
             listener.stop()
+            if self._writer is not None:
+                self._writer.close_now()
+                self._writer = None
             raise
         self._listener = listener
         return found

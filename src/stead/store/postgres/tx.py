@@ -99,6 +99,32 @@ class PostgresTx(SqlTx):
             )
             self._sessions.add(session_id)
 
+    def begin(self, *, durable: bool, fences: Sequence[Claim]) -> None:
+        """Open the write transaction in one round trip: its durability, the fences of the
+        claims its jobs write under (checked and locked: see :meth:`check_fence`), and — when
+        there are fences, so executions will write events — the sequence counter."""
+        from psycopg.sql import Literal
+
+        parts = [f"BEGIN; SET LOCAL synchronous_commit = {'on' if durable else 'off'}"]
+        for claim in fences:
+            parts.append(
+                "UPDATE stead_runs SET lease_until = clock_timestamp() + "
+                f"make_interval(secs => {float(self.lease_seconds)!r}) "
+                f"WHERE id = {Literal(claim.run_id).as_string(self.conn)} "
+                f"AND claim_epoch = {int(claim.epoch)} AND claimed_by IS NOT NULL RETURNING 1"
+            )
+        if fences:
+            parts.append("SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE")
+        cursor = self.conn.cursor()
+        cursor.execute("; ".join(parts))
+        cursor.nextset()  # past BEGIN and SET
+        for claim in fences:
+            cursor.nextset()
+            self._fenced[claim.run_id] = bool(cursor.fetchall())
+        if fences:
+            cursor.nextset()
+            self._sequence = int(cursor.fetchone()[0])
+
     def check_fence(self, claim: Claim) -> None:
         """Before a worker's write to ``claim.run_id``: the claim must still be this worker's
         (same epoch), else :class:`LeaseLostError`. Holding, it extends the lease and locks the

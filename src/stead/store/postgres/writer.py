@@ -101,6 +101,12 @@ class PostgresWriter:
             self._executor.submit(self._conn.close).result()
         self._executor.shutdown(wait=True)
 
+    def close_now(self) -> None:
+        """Close at once, with nothing queued (an open that failed half way; blocking)."""
+        with contextlib.suppress(Exception):
+            self._executor.submit(self._conn.close).result()
+        self._executor.shutdown(wait=True)
+
     # -- batches -----------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
@@ -149,12 +155,12 @@ class PostgresWriter:
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
         conn = self._conn
-        durable = any(job.barrier for job in batch)
         # One round trip each to open and to close the transaction (no parameters: the simple
-        # query protocol takes several statements).
-        conn.execute(f"BEGIN; SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
+        # query protocol takes several statements); the claims' fences are checked in the first.
+        tx = self._make_tx(conn, False)
+        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
         try:
-            tx = self._make_tx(conn, False)
+            tx.begin(durable=any(job.barrier for job in batch), fences=fences)
             run_jobs(tx, batch, self._storage_errors)
             tx.write_events()
             conn.execute(f"{tx.sequence_update()}COMMIT")
