@@ -163,3 +163,84 @@ async def test_a_closed_store_says_how_to_open_it(schema: str) -> None:
     store = _store(schema=schema)
     with pytest.raises(stead.StorageError, match="is not open"):
         await store.read(lambda tx: None)
+
+
+def _pending_run(tx: Any, run_id: str, session: str = "s") -> None:
+    tx.insert_run(
+        run_id=run_id,
+        session_id=session,
+        request_id=run_id,
+        kind="agent",
+        agent_id="a",
+        version="1",
+        status=stead.RunStatus.PENDING,
+        input={"prompt": "go"},
+        submission_digest="d",
+    )
+
+
+@needs_postgres
+async def test_a_write_fenced_by_a_lost_claim_lands_nothing_and_poisons_nothing(
+    schema: str, opened: list[Any]
+) -> None:
+    from stead.journal.records import Claim
+
+    first = await _open(_store(schema=schema, lease_seconds=0.3))
+    second = await _open(_store(schema=schema, lease_seconds=0.3))
+    opened.extend([first, second])
+    await first.transact(lambda tx: _pending_run(tx, "run-1"))
+    (mine,), _ = await first.claim_runs(4, [])
+    assert mine == Claim("run-1", 1)
+    assert (await second.claim_runs(4, []))[0] == []  # leased: nobody else takes it
+    assert await first.extend_leases([mine]) == set()  # the heartbeat keeps it
+    await asyncio.sleep(0.5)  # no heartbeat: the lease runs out
+    (theirs,), _ = await second.claim_runs(4, [])
+    assert theirs == Claim("run-1", 2)
+    assert await first.extend_leases([mine]) == {"run-1"}  # the heartbeat learns it is lost
+
+    def note(tx: Any) -> None:
+        tx.append_event("run-1", StatusChanged(status="running"))
+
+    with pytest.raises(stead.LeaseLostError, match="lost its claim on run run-1"):
+        await first.transact(note, fence=mine)
+    lazy = first.transact(note, durability="lazy", isolated=False, fence=mine)
+    landed = second.transact(note, fence=theirs)
+    with pytest.raises(stead.LeaseLostError):
+        await lazy
+    await landed
+    # The old claim's writes left nothing and poisoned nothing: the store works on.
+    events = await first.read(lambda tx: tx.events_after("run-1", 0, 100))
+    assert len(events) == 1
+    assert await first.read(lambda tx: tx.get_run("run-1")) is not None
+    # A run that leaves running drops its claim: its own worker's next write is fenced off too.
+    begun = await second.transact(
+        lambda tx: transitions.begin(tx, run_id="run-1", registered=lambda run: True),
+        fence=theirs,
+    )
+    assert begun is not None and begun.run.status is stead.RunStatus.RUNNING
+    await second.transact(lambda tx: transitions.park(tx, run_id="run-1", reason="x"), fence=theirs)
+    with pytest.raises(stead.LeaseLostError):
+        await second.transact(note, fence=theirs)
+
+
+@needs_postgres
+async def test_claims_keep_session_order_and_a_released_run_is_claimed_at_once(
+    schema: str, opened: list[Any]
+) -> None:
+    first = await _open(_store(schema=schema))
+    second = await _open(_store(schema=schema))
+    opened.extend([first, second])
+
+    def runs(tx: Any) -> None:
+        _pending_run(tx, "s1-a", "s1")
+        _pending_run(tx, "s1-b", "s1")
+        _pending_run(tx, "s2-a", "s2")
+
+    await first.transact(runs)
+    claimed, _ = await first.claim_runs(1, [])
+    assert [c.run_id for c in claimed] == ["s1-a"]  # submission order
+    claimed_b, _ = await second.claim_runs(4, [])
+    assert [c.run_id for c in claimed_b] == ["s2-a"]  # s1-b waits for s1-a: its session's head
+    await first.release_claims(claimed)  # handed back (a draining worker)
+    again, _ = await second.claim_runs(4, ["s2-a"])
+    assert [(c.run_id, c.epoch) for c in again] == [("s1-a", 2)]
