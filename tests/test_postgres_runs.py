@@ -1,5 +1,5 @@
-"""Runs on PostgreSQL: a runtime owns a schema, clients in other connections answer it, and a
-killed runtime's work continues on the next one exactly as on SQLite."""
+"""Runs on PostgreSQL: a worker runs a schema's runs, clients in other connections answer them,
+and a killed worker's work continues on another one, as on SQLite, once its lease ran out."""
 
 from __future__ import annotations
 

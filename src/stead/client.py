@@ -6,6 +6,8 @@ cancel, fork. On a SQLite file owned by a live runtime, a command is posted to t
 and the owner applies it with the same transition it uses in-process; the call returns once it is
 applied, with the same result or error it would give in-process. With no live owner, the client
 applies the command itself, holding the owner's lock meanwhile so no runtime starts under it.
+On PostgreSQL, where many workers share a schema, a command is one transaction applied here,
+and a notification wakes the workers.
 
 :class:`~stead.Runtime` is a Client too: the same methods, applied directly by the owner.
 """
@@ -124,7 +126,8 @@ class Client:
         return await asyncio.to_thread(self.store.client_read, fn)
 
     async def _apply(self, command: Command) -> Any:
-        """Apply ``command``: through the owner's inbox, or here when no runtime owns the store."""
+        """Apply ``command``: through the owner's inbox, or here when no runtime owns the store
+        (on PostgreSQL, always here)."""
         self._check()
         await self._connect()
         return await self.store.client_command(command, timeout=self.command_timeout)

@@ -196,16 +196,7 @@ async def settle(handle: stead.RunHandle) -> stead.Run:
 
 
 async def _open(app: stead.App, store: Any) -> stead.Runtime:
-    """Open without resuming. On PostgreSQL, the server ends a killed owner's session (and its
-    owner lock) a moment after the kill: a restarted owner waits for that, as a supervisor's
-    restart would."""
-    for _ in range(200):
-        try:
-            return await app.open(store, resume=False)
-        except stead.OwnershipError:
-            if isinstance(store, stead.SqliteStore):
-                raise
-            await asyncio.sleep(0.05)
+    """Open without resuming (on PostgreSQL, a killed worker's runs wait for its lease)."""
     return await app.open(store, resume=False)
 
 
