@@ -103,7 +103,11 @@ class Inbox:
 
     def _apply(self, tx: Tx, *, command_id: int, data: JSON) -> tuple[Command, JSON] | None:
         """Apply one posted command and record its answer, in one transaction. Transitions
-        raise before they write, so a refused command leaves only its answer."""
+        raise before they write, so a refused command leaves only its answer. A command
+        answered meanwhile (where workers share the store, another may have got to it first)
+        is left alone."""
+        if not tx.hold_command(command_id):
+            return None
         try:
             command = command_from_json(data)
             answer = transitions.apply(tx, command, self._version_of, max_pending=self._max_pending)

@@ -25,6 +25,15 @@ class InboxRows(SqlBase):
         ).fetchall()
         return [(row[0], loads(row[1]), row[2], load(row[3])) for row in rows]
 
+    def hold_command(self, command_id: int) -> bool:
+        """Lock a posted command's row until the transaction ends (a no-op update); False if
+        it was answered meanwhile — by another worker that got to it first, say."""
+        cursor = self.execute(
+            "UPDATE stead_inbox SET status = 'posted' WHERE id = ? AND status = 'posted'",
+            (command_id,),
+        )
+        return int(cursor.rowcount) == 1
+
     def answer_command(self, command_id: int, status: str, answer: JSON) -> None:
         self.execute(
             "UPDATE stead_inbox SET status = ?, answer = ?, applied_at = ? "
