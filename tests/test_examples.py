@@ -54,8 +54,10 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "run_agent.py": ["second call: job-1:", "the model was called 1 time(s)"],
     "postgres.py": [
-        "pending approval approval:1:call_1_1: refund",
-        "outcome: Refund approved and issued.",
+        "pending approval approval:1:call_1_1: refund {'order_id': '19', 'amount': 250.0}",
+        "Done: refunded 20.00 on order 17.",
+        "Done: refunded 250.00 on order 19.",
+        "Done: refunded 40.00 on order 22.",
     ],
 }
 

@@ -186,6 +186,12 @@ class Store(Protocol):
         False once it was committed or has started (the caller then writes the rest itself)."""
         ...
 
+    async def hold(self) -> None:
+        """Before a side effect: return once it is sure that this execution still holds its
+        run's claim, else raise :class:`~stead.errors.LeaseLostError` (a store with one owner
+        holds every run: it returns at once)."""
+        ...
+
 
 class OwnedStore(Store, Protocol):
     """A store as its owner (a :class:`~stead.Runtime`) uses it."""

@@ -232,6 +232,11 @@ class RunContext:
         if boundaries.hook is not None:
             await intent
             boundaries.hook("intent_committed", key)
+        if recovery != "safe":
+            # Where workers share the store, this one may have been frozen past its lease
+            # since the intent committed, and another may have taken the run over: the
+            # effect starts only while the claim is still this execution's.
+            await self._store.hold()
         result = await execute(attempt)
         if boundaries.hook is not None:
             boundaries.hook("effect_done", key)

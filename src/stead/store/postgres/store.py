@@ -136,6 +136,8 @@ class PostgresStore:
         self.channel = f"stead_{schema}"
         #: This runtime's name in the claims it holds (``host:pid:random``), once opened.
         self.worker = ""
+        #: When each claim's lease was last extended (run id → epoch, local monotonic time).
+        self.confirmed: dict[str, tuple[int, float]] = {}
         self._writer: PostgresWriter | None = None
         self._client: PostgresClient | None = None
         self._listener: _Listener | None = None
@@ -254,7 +256,11 @@ class PostgresStore:
             self._writer = PostgresWriter(
                 self.connect,
                 lambda connection, read_only: PostgresTx(
-                    connection, self.clock, read_only=read_only, lease_seconds=self.lease_seconds
+                    connection,
+                    self.clock,
+                    read_only=read_only,
+                    lease_seconds=self.lease_seconds,
+                    confirmed=self.confirmed,
                 ),
                 loop,
                 on_commit,
@@ -333,6 +339,7 @@ class PostgresStore:
         )
 
     def _extend(self, tx: PostgresTx, *, claims: list[Claim]) -> set[str]:
+        sent = time.monotonic()
         rows = tx.execute(
             "UPDATE stead_runs AS s SET lease_until = clock_timestamp() + make_interval(secs => ?) "
             "FROM unnest(?::text[], ?::bigint[]) AS c(id, epoch) "
@@ -344,7 +351,11 @@ class PostgresStore:
                 self.worker,
             ),
         ).fetchall()
-        missing = [c.run_id for c in claims if c.run_id not in {row[0] for row in rows}]
+        extended = {row[0] for row in rows}
+        for claim in claims:
+            if claim.run_id in extended:
+                tx.extended(claim, sent)
+        missing = [c.run_id for c in claims if c.run_id not in extended]
         if not missing:
             return set()
         taken = tx.execute(
@@ -447,6 +458,10 @@ class PostgresStore:
         if self._writer is None or not isinstance(queued, asyncio.Future):
             return False
         return self._writer.amend(queued, fn)
+
+    async def hold(self) -> None:
+        """Writes that no claim fences have nothing to hold (an execution writes through
+        :meth:`fenced`)."""
 
     def changed_elsewhere(self) -> bool:
         """Never: commands are applied where they are given (:meth:`watch` wakes workers)."""
@@ -609,3 +624,17 @@ class _Fenced:
 
     def amend(self, queued: Awaitable[Any], fn: Callable[[PostgresTx], Any]) -> bool:
         return self._store.amend(queued, fn)
+
+    async def hold(self) -> None:
+        """Return at once if the lease was extended within the last half lease (no other
+        worker can have it yet); else extend it now, or raise ``LeaseLostError``."""
+        claim = self._claim
+        found = self._store.confirmed.get(claim.run_id)
+        fresh = self._store.lease_seconds / 2
+        if found is not None and found[0] == claim.epoch and time.monotonic() - found[1] < fresh:
+            return
+        await self._store.transact(_nothing, fence=claim)
+
+
+def _nothing(tx: PostgresTx) -> None:
+    """A transaction whose only work is its fence (it checks and extends the lease)."""

@@ -10,6 +10,7 @@ however many workers share the database.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ class PostgresTx(SqlTx):
         read_only: bool = False,
         lease_seconds: float = 15.0,
         lock_runs: bool = False,
+        confirmed: dict[str, tuple[int, float]] | None = None,
     ) -> None:
         self.conn = conn
         self.clock = clock
@@ -48,6 +50,10 @@ class PostgresTx(SqlTx):
         self._fenced: dict[str, bool] = {}
         self._fenced_mark: dict[str, bool] = {}
         self._sessions: set[str] = set()
+        #: The store's record of when each claim's lease was last extended (local monotonic
+        #: time taken before the extending statement was sent): written on commit.
+        self._confirmed = confirmed
+        self._extended: dict[str, tuple[int, float]] = {}
         self.events: list[Event] = []
         self.unwritten = []
         self._sequence: int | None = None  # the next free sequence, once the counter is locked
@@ -116,11 +122,14 @@ class PostgresTx(SqlTx):
         if fences:
             parts.append("SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE")
         cursor = self.conn.cursor()
+        sent = time.monotonic()
         cursor.execute("; ".join(parts))
         cursor.nextset()  # past BEGIN and SET
         for claim in fences:
             cursor.nextset()
-            self._fenced[claim.run_id] = bool(cursor.fetchall())
+            held = self._fenced[claim.run_id] = bool(cursor.fetchall())
+            if held:
+                self.extended(claim, sent)
         if fences:
             cursor.nextset()
             self._sequence = int(cursor.fetchone()[0])
@@ -131,18 +140,35 @@ class PostgresTx(SqlTx):
         run's row until the transaction ends, so nobody takes the run over in between."""
         held = self._fenced.get(claim.run_id)
         if held is None:
+            sent = time.monotonic()
             row = self.execute(
                 "UPDATE stead_runs SET lease_until = clock_timestamp() + make_interval(secs => ?) "
                 "WHERE id = ? AND claim_epoch = ? AND claimed_by IS NOT NULL RETURNING 1",
                 (self.lease_seconds, claim.run_id, claim.epoch),
             ).fetchone()
             held = self._fenced[claim.run_id] = row is not None
+            if held:
+                self.extended(claim, sent)
         if not held:
             raise LeaseLostError(
                 f"this worker lost its claim on run {claim.run_id} (epoch {claim.epoch}): the "
                 "lease expired and another worker took the run over, or the run left running; "
                 "nothing of the refused write was kept"
             )
+
+    def extended(self, claim: Claim, sent: float) -> None:
+        """``claim``'s lease was extended by a statement sent at ``sent`` (monotonic)."""
+        self._extended[claim.run_id] = (claim.epoch, sent)
+
+    def committed(self) -> None:
+        """After the commit: the leases this transaction extended count as confirmed."""
+        if self._confirmed is not None and self._extended:
+            self._confirmed.update(self._extended)
+            if len(self._confirmed) > 4096:  # forget claims long gone
+                horizon = time.monotonic() - 10 * self.lease_seconds
+                for run_id, (_, at) in list(self._confirmed.items()):
+                    if at < horizon:
+                        del self._confirmed[run_id]
 
     def claim_released(self, run_id: str) -> None:
         self._fenced[run_id] = False

@@ -164,6 +164,7 @@ class PostgresWriter:
             run_jobs(tx, batch, self._storage_errors)
             tx.write_events()
             conn.execute(f"{tx.sequence_update()}COMMIT")
+            tx.committed()
             return tx.events
         except BaseException:
             with contextlib.suppress(Exception):

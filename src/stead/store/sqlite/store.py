@@ -437,6 +437,9 @@ class SqliteStore:
     async def extend_leases(self, claims: Sequence[Claim]) -> set[str]:
         return set()
 
+    async def hold(self) -> None:
+        """The owner holds every run: nothing to check."""
+
     async def release_claims(self, claims: Sequence[Claim]) -> None:
         return None
 
