@@ -344,3 +344,41 @@ async def test_max_cost_budget_needs_a_price(db: str) -> None:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         with pytest.raises(stead.RunFailed, match="no price for model 'stead:scripted'"):
             await run.result()
+
+
+async def test_drain_lets_the_operation_in_progress_finish_and_hands_the_run_back(
+    db: str,
+) -> None:
+    started = asyncio.Event()
+    ran: list[int] = []
+
+    @stead.tool(recovery="idempotent")
+    async def step(n: int) -> str:
+        """One slow step."""
+        started.set()
+        await asyncio.sleep(0.3)
+        ran.append(n)
+        return f"step {n}"
+
+    def answer(request: stead.ModelRequest) -> object:
+        done = sum(isinstance(m, stead.ToolResultMessage) for m in request.messages)
+        if done < 2:
+            return [stead.ToolCall(name="step", arguments={"n": done + 1}, id=f"s{done + 1}")]
+        return "two steps"
+
+    agent = stead.Agent(id="a", version="1", model=FunctionModel(answer), tools=[step])
+    app = stead.App(agents=[agent])
+    runtime = await app.open(open_store(db))
+    run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+    await started.wait()
+    with pytest.raises(stead.ValidationError, match="timeout must be a number of seconds"):
+        await runtime.drain(float("nan"))
+    await runtime.drain(10)
+    assert ran == [1]  # the step in progress finished and was committed; no new one started
+    async with stead.Client(open_store(db)) as client:
+        assert (await client.run_record(run.id)).status is stead.RunStatus.RUNNING
+        (first,) = [o for o in (await client.snapshot(run.id)).operations if o.kind == "tool"]
+        assert first.status == "completed"
+    async with await app.open(open_store(db)) as again:
+        assert (await again.get_run(run.id).result(timeout=10)).output == "two steps"
+    assert ran == [1, 2]

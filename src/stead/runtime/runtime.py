@@ -165,7 +165,11 @@ class Runtime(Client):
         """Stop taking runs and hand every executing one back at its next journal boundary
         (an operation in progress finishes and is committed first), waiting up to ``timeout``
         seconds; then :meth:`close`. On PostgreSQL another worker continues them at once."""
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout < float("inf")
+        ):
             raise ValidationError(f"timeout must be a number of seconds >= 0, got {shown(timeout)}")
         if not self._closed and self._fatal is None:
             await self._scheduler.drain(timeout)
