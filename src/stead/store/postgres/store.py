@@ -447,6 +447,7 @@ class PostgresStore:
             barrier=durability == "barrier",
             checked=isolated and durability != "lazy",
             fence=fence,
+            lazy=durability == "lazy",
         )
 
     def read(self, fn: Callable[[PostgresTx], T]) -> asyncio.Future[T]:

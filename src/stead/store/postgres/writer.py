@@ -32,6 +32,11 @@ T = TypeVar("T")
 class PostgresWriter:
     """Runs queued jobs in batches on one thread and connection; see the module docstring."""
 
+    #: Seconds a lazy write may wait for company before its batch starts on its own.
+    lazy_delay = 0.002
+    #: Lazy writes queued before a batch starts regardless.
+    max_lazy = 256
+
     def __init__(
         self,
         connect: Callable[[], Any],
@@ -51,6 +56,7 @@ class PostgresWriter:
         self._pending: list[Job[Any]] = []
         self._in_flight = False
         self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
@@ -69,20 +75,28 @@ class PostgresWriter:
         read_only: bool = False,
         checked: bool = True,
         fence: Claim | None = None,
+        lazy: bool = False,
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)``; the future resolves once its batch committed (a barrier's with
         ``synchronous_commit = on``). A ``checked`` job may raise a
         :class:`~stead.errors.SteadError` as its answer, which undoes its writes alone. A
-        ``fence``d job runs only while the claim holds (``jobs.run_jobs``)."""
+        ``fence``d job runs only while the claim holds (``jobs.run_jobs``). A ``lazy`` job,
+        which nobody waits for, waits up to :attr:`lazy_delay` for company before its batch
+        starts, so a run's pipelined writes share a transaction with the one it waits for."""
         future: asyncio.Future[T] = self._loop.create_future()
         if self.poisoned is not None:
             future.set_exception(self.poisoned)
             return future
         self._pending.append(Job(fn, future, barrier, read_only, checked, fence))
         self._idle.clear()
-        if not self._scheduled and not self._in_flight:
-            self._scheduled = True
-            self._loop.call_soon(self._dispatch)
+        if self._scheduled or self._in_flight:
+            return future
+        if lazy and not barrier and len(self._pending) < self.max_lazy:
+            if self._timer is None:
+                self._timer = self._loop.call_later(self.lazy_delay, self._dispatch)
+            return future
+        self._scheduled = True
+        self._loop.call_soon(self._dispatch)
         return future
 
     def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
@@ -96,6 +110,8 @@ class PostgresWriter:
 
     async def aclose(self) -> None:
         """Commit what is queued, then close the connection and stop the thread."""
+        if self._timer is not None:
+            self._dispatch()
         await self._idle.wait()
         with contextlib.suppress(Exception):
             self._executor.submit(self._conn.close).result()
@@ -111,6 +127,9 @@ class PostgresWriter:
 
     def _dispatch(self) -> None:
         self._scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._in_flight or not self._pending:
             self._check_idle()
             return
