@@ -120,6 +120,8 @@ async def test_a_killed_workers_run_continues_on_another_worker_within_its_lease
             child.send_signal(signal.SIGKILL)
             child.communicate()  # waits, and closes the pipes
         killed = time.monotonic()
+        assert other.health()["worker"] == other.store.worker  # host:pid:random
+        assert other.health()["worker"].split(":")[1] == str(os.getpid())
         await other.resume()
         (run,) = (await other.list_runs()).runs
         handle = other.get_run(run.id)

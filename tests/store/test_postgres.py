@@ -244,3 +244,35 @@ async def test_claims_keep_session_order_and_a_released_run_is_claimed_at_once(
     await first.release_claims(claimed)  # handed back (a draining worker)
     again, _ = await second.claim_runs(4, ["s2-a"])
     assert [(c.run_id, c.epoch) for c in again] == [("s1-a", 2)]
+
+
+@needs_postgres
+async def test_a_command_that_finds_no_free_connection_times_out_naming_the_pool(
+    schema: str, opened: list[Any]
+) -> None:
+    import threading
+
+    opened.append(await _open(_store(schema=schema)))
+    async with stead.Client(_store(schema=schema, max_size=1), command_timeout=0.3) as client:
+        pool = client.store._client._pool
+        taken, release = threading.Event(), threading.Event()
+
+        def hold_the_only_connection() -> None:
+            with pool.connection():
+                taken.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold_the_only_connection)
+        holder.start()
+        try:
+            await asyncio.to_thread(taken.wait, 10)
+            full = r"within 0.3s.*Raise the store's max_size \(1\)"
+            with pytest.raises(TimeoutError, match=full):
+                await client.submit("a", session_id="s", request_id="r", prompt="go", version="1")
+        finally:
+            release.set()
+            await asyncio.to_thread(holder.join)
+        # Nothing was kept; with the connection back, the same submission goes through.
+        assert (await client.list_runs()).runs == []
+        run = await client.submit("a", session_id="s", request_id="r", prompt="go", version="1")
+        assert (await run.run()).status is stead.RunStatus.PENDING

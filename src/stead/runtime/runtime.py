@@ -196,6 +196,8 @@ class Runtime(Client):
             "closed": self._closed,
             "storage_error": str(self._fatal) if self._fatal else None,
             "active_runs": len(self._scheduler.active),
+            # On a store shared by workers: this one's name, as its claims show it.
+            "worker": getattr(self.store, "worker", None) if self.shared else None,
         }
 
     def _check(self) -> None:

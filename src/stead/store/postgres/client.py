@@ -76,22 +76,25 @@ class PostgresClient:
     async def command(self, command: Command, *, timeout: float) -> Any:
         """Apply ``command`` (a client has no registry: a submission without a version is
         pinned to the version a runtime registered last). ``timeout`` bounds the wait for a
-        connection."""
-        return await asyncio.to_thread(self.apply, command, None, None)
+        free connection of the pool."""
+        return await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
 
     def apply(
         self,
         command: Command,
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
+        *,
+        timeout: float = 30.0,
     ) -> JSON:
         """Apply ``command`` in its own transaction, run again while it collides (blocking)."""
         import psycopg.errors as pg
+        from psycopg_pool import PoolTimeout
 
         retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                with self._pool.connection() as conn:
+                with self._pool.connection(timeout=timeout) as conn:
                     return self._store.guarded(
                         lambda: self._apply(conn, command, version_of, max_pending),
                         passing=retryable,
@@ -100,6 +103,12 @@ class PostgresClient:
                 if attempt == ATTEMPTS:
                     break
                 time.sleep(jitter(0, 0.002 * 2**attempt))
+            except PoolTimeout:
+                raise TimeoutError(
+                    f"no connection to PostgreSQL {self._store.where} was free within "
+                    f"{timeout:g}s to apply {type(command).__name__.lower()}; nothing of it was "
+                    f"kept. Raise the store's max_size ({self._store.max_size}) or try again"
+                ) from None
         raise StorageError(
             f"{type(command).__name__.lower()} collided with other transactions on PostgreSQL "
             f"{self._store.where} {ATTEMPTS} times; nothing of it was kept — try again"
