@@ -317,14 +317,16 @@ class PostgresStore:
         ).fetchall()
         rows.sort(key=lambda row: row[2])
         claims = [Claim(run_id, int(epoch)) for run_id, epoch, _ in rows]
-        wakeup = tx.next_wakeup()
-        row = tx.execute(
-            "SELECT EXTRACT(EPOCH FROM MIN(lease_until) - clock_timestamp()) FROM stead_runs "
-            f"WHERE status IN ({statuses}) AND lease_until IS NOT NULL AND claimed_by <> ?",
+        # When to look again: a back-off ending, or another worker's lease running out.
+        due, expires = tx.execute(
+            "SELECT (SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'), "
+            "(SELECT EXTRACT(EPOCH FROM MIN(lease_until) - clock_timestamp()) FROM stead_runs "
+            f"WHERE status IN ({statuses}) AND lease_until IS NOT NULL AND claimed_by <> ?)",
             (self.worker,),
         ).fetchone()
-        if row[0] is not None:
-            expiry = tx.now() + timedelta(seconds=max(0.0, float(row[0])) + 0.05)
+        wakeup = datetime.fromisoformat(due) if due is not None else None
+        if expires is not None:
+            expiry = tx.now() + timedelta(seconds=max(0.0, float(expires)) + 0.05)
             wakeup = expiry if wakeup is None else min(wakeup, expiry)
         return claims, wakeup
 
