@@ -276,3 +276,58 @@ async def test_a_command_that_finds_no_free_connection_times_out_naming_the_pool
         assert (await client.list_runs()).runs == []
         run = await client.submit("a", session_id="s", request_id="r", prompt="go", version="1")
         assert (await run.run()).status is stead.RunStatus.PENDING
+
+
+@needs_postgres
+async def test_a_run_that_ends_or_may_go_on_wakes_the_workers_and_one_that_waits_does_not(
+    schema: str, opened: list[Any]
+) -> None:
+    """When a run ends, its session's next run is up: every worker hears of it (any of them
+    may have room), not only the one that ran it. A run parked for people wakes nobody."""
+    store = await _open(_store(schema=schema))
+    opened.append(store)
+    listener = store.connect()
+    listener.execute(f"LISTEN {store.channel}")
+
+    def heard() -> list[str]:
+        return [n.payload for n in listener.notifies(timeout=0.3, stop_after=1)]
+
+    try:
+        for run_id in ("ends", "parks"):
+            await store.transact(lambda tx, run_id=run_id: _pending_run(tx, run_id, run_id))
+        claims, _ = await store.claim_runs(2, [])
+        assert {c.run_id for c in claims} == {"ends", "parks"}
+        fence = {c.run_id: c for c in claims}
+        for claim in claims:
+            await store.transact(
+                lambda tx, run_id=claim.run_id: transitions.begin(
+                    tx, run_id=run_id, registered=lambda run: True
+                ),
+                fence=claim,
+            )
+        await asyncio.to_thread(lambda: list(listener.notifies(timeout=0.2)))  # drain
+
+        def wait_for_people(tx: Any) -> None:
+            tx.insert_interaction(
+                interaction_id="i-1",
+                run_id="parks",
+                key="approval:1",
+                kind="approval",
+                tool="t",
+                arguments={},
+                digest="d",
+                payload=None,
+            )
+            transitions.park(tx, run_id="parks", reason="approval")
+
+        await store.transact(wait_for_people, fence=fence["parks"])
+        assert await asyncio.to_thread(heard) == []
+        await store.transact(
+            lambda tx: transitions.stop(
+                tx, "ends", stead.RunStatus.FAILED, "it failed", None, kind="error"
+            ),
+            fence=fence["ends"],
+        )
+        assert await asyncio.to_thread(heard) == [""]
+    finally:
+        listener.close()

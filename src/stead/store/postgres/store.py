@@ -261,6 +261,7 @@ class PostgresStore:
                     read_only=read_only,
                     lease_seconds=self.lease_seconds,
                     confirmed=self.confirmed,
+                    channel=self.channel,
                 ),
                 loop,
                 on_commit,

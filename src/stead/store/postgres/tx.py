@@ -21,6 +21,10 @@ from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
 from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of, run_of
 
+#: Statuses a run that leaves ``running`` may go to without anything becoming runnable: it
+#: waits for people, or for its back-off (the workers' timers know when it ends).
+_NOTHING_TO_TAKE = frozenset({"waiting", "retry_wait"})
+
 
 class PostgresTx(SqlTx):
     """One transaction (or a read) on a connection of the store. Used on one thread."""
@@ -36,6 +40,7 @@ class PostgresTx(SqlTx):
         lease_seconds: float = 15.0,
         lock_runs: bool = False,
         confirmed: dict[str, tuple[int, float]] | None = None,
+        channel: str | None = None,
     ) -> None:
         self.conn = conn
         self.clock = clock
@@ -54,6 +59,9 @@ class PostgresTx(SqlTx):
         #: time taken before the extending statement was sent): written on commit.
         self._confirmed = confirmed
         self._extended: dict[str, tuple[int, float]] = {}
+        #: The workers' channel: a transaction that lets a run go wakes them.
+        self.channel = channel
+        self._notified = self._notified_mark = False
         self.events: list[Event] = []
         self.unwritten = []
         self._sequence: int | None = None  # the next free sequence, once the counter is locked
@@ -170,8 +178,13 @@ class PostgresTx(SqlTx):
                     if at < horizon:
                         del self._confirmed[run_id]
 
-    def claim_released(self, run_id: str) -> None:
+    def claim_released(self, run_id: str, status: str) -> None:
         self._fenced[run_id] = False
+        if self.channel is not None and status not in _NOTHING_TO_TAKE and not self._notified:
+            # The run ended (its session's next run is up) or may go on at once: wake the
+            # workers when this commits, whichever of them has room.
+            self._notified = True
+            self.execute("SELECT pg_notify(?, '')", (self.channel,))
 
     # -- the sequence counter ----------------------------------------------------------------
 
@@ -209,6 +222,7 @@ class PostgresTx(SqlTx):
         self.conn.execute("SAVEPOINT job")
         self._mark = (self._sequence, len(self.events))
         self._fenced_mark = dict(self._fenced)
+        self._notified_mark = self._notified
         self._now = None
 
     def rollback_savepoint(self) -> None:
@@ -218,6 +232,7 @@ class PostgresTx(SqlTx):
         self._sequence, count = self._mark
         del self.events[count:]
         self._fenced = self._fenced_mark
+        self._notified = self._notified_mark
 
     def release_savepoint(self) -> None:
         self.write_events()

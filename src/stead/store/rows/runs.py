@@ -112,15 +112,17 @@ class RunRows(SqlBase):
             values.append(value)
         values.append(run_id)
         released = ""
-        if self.dialect.release_claim and fields.get("status", "running") != "running":
+        status = fields.get("status", "running")
+        if self.dialect.release_claim and status != "running":
             released = self.dialect.release_claim
-            self.claim_released(run_id)
+            self.claim_released(run_id, str(status))
         self.execute(
             f"UPDATE stead_runs SET {', '.join(assignments)}{released} WHERE id = ?", values
         )
 
-    def claim_released(self, run_id: str) -> None:
-        """Called when an update drops the run's claim (a store with claims keeps track)."""
+    def claim_released(self, run_id: str, status: str) -> None:
+        """Called when an update drops the run's claim, the run going to ``status`` (a store
+        with claims keeps track)."""
 
     def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
         """Runs the scheduler may start, in submission order: runnable status (or a retry_wait
