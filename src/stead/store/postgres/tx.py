@@ -61,6 +61,8 @@ class PostgresTx(SqlTx):
         self._extended: dict[str, tuple[int, float]] = {}
         #: The workers' channel: a transaction that lets a run go wakes them.
         self.channel = channel
+        #: The pipeline the transaction's statements go through, when they do (see the writer).
+        self.pipeline: Any = None
         self._notified = self._notified_mark = False
         self.events: list[Event] = []
         self.unwritten = []
@@ -73,6 +75,11 @@ class PostgresTx(SqlTx):
         with self.conn.cursor() as cursor:
             cursor.executemany(self.dialect.sql(sql), rows)
             return cursor
+
+    def changed(self, cursor: Any) -> int:
+        if self.pipeline is not None:
+            self.pipeline.sync()
+        return int(cursor.rowcount)
 
     # -- claims and fences -------------------------------------------------------------------
 

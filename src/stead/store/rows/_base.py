@@ -218,6 +218,11 @@ class SqlBase:
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         return self.conn.executemany(self.dialect.sql(sql), rows)
 
+    def changed(self, cursor: Any) -> int:
+        """How many rows the statement behind ``cursor`` changed (a pipelined transaction
+        waits for its results first)."""
+        return int(cursor.rowcount)
+
     def insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Insert one row and return its integer key."""
         cursor = self.execute(f"{sql} RETURNING id", params)

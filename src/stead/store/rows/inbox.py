@@ -32,7 +32,7 @@ class InboxRows(SqlBase):
             "UPDATE stead_inbox SET status = 'posted' WHERE id = ? AND status = 'posted'",
             (command_id,),
         )
-        return int(cursor.rowcount) == 1
+        return self.changed(cursor) == 1
 
     def answer_command(self, command_id: int, status: str, answer: JSON) -> None:
         self.execute(
@@ -47,7 +47,7 @@ class InboxRows(SqlBase):
         cursor = self.execute(
             "DELETE FROM stead_inbox WHERE status != 'posted' AND applied_at < ?", (iso(before),)
         )
-        return int(cursor.rowcount)
+        return self.changed(cursor)
 
     def get_command(self, command_id: int) -> InboxRow | None:
         row = self.execute(

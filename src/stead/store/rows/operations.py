@@ -93,7 +93,7 @@ class OperationRows(SqlBase):
                 key,
             ),
         )
-        return int(cursor.rowcount) == 1
+        return self.changed(cursor) == 1
 
     def order_rerun(self, run_id: str, key: str) -> None:
         self.execute(
@@ -112,7 +112,7 @@ class OperationRows(SqlBase):
             "WHERE run_id = ? AND position < ? AND status = 'completed'",
             (target_run_id, source_run_id, before),
         )
-        return int(cursor.rowcount)
+        return self.changed(cursor)
 
     def delete_operation(self, run_id: str, key: str) -> None:
         """Forget an intent whose work never started (a tool that asked for approval first).
