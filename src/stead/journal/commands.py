@@ -21,7 +21,10 @@ __all__ = [
     "Resolve",
     "Respond",
     "Retry",
+    "Signal",
     "Submit",
+    "SubmitGraph",
+    "SubmitTask",
     "answer_of",
     "command_from_json",
     "command_to_json",
@@ -42,6 +45,45 @@ class Submit:
     version: str | None = None
     enqueue: bool = False
     name: Literal["submit"] = "submit"
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitTask:
+    """Start a run of a task with a JSON ``input`` (``version`` ``None``: the latest the owner
+    registered)."""
+
+    run_id: str
+    task: str
+    session_id: str
+    request_id: str
+    input: JSON
+    version: str | None = None
+    enqueue: bool = False
+    name: Literal["submit_task"] = "submit_task"
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitGraph:
+    """Start a graph run: ``nodes`` as JSON, validated and in a dependency order."""
+
+    run_id: str
+    session_id: str
+    request_id: str
+    nodes: list[dict[str, JSON]]
+    enqueue: bool = False
+    name: Literal["submit_graph"] = "submit_graph"
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Deliver a signal to a task run: journaled on arrival, consumed by its waits in order,
+    deduplicated by ``request_id``."""
+
+    run_id: str
+    signal: str
+    value: JSON
+    request_id: str
+    name: Literal["signal"] = "signal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +133,13 @@ class Fork:
     name: Literal["fork"] = "fork"
 
 
-Command = Submit | Respond | Resolve | Retry | Cancel | Fork
+Command = Submit | SubmitTask | SubmitGraph | Signal | Respond | Resolve | Retry | Cancel | Fork
 
 _BY_NAME: dict[str, type[Any]] = {
     "submit": Submit,
+    "submit_task": SubmitTask,
+    "submit_graph": SubmitGraph,
+    "signal": Signal,
     "respond": Respond,
     "resolve": Resolve,
     "retry": Retry,
@@ -119,6 +164,23 @@ _FIELDS: dict[str, dict[str, str]] = {
         "version": "str?",
         "enqueue": "bool",
     },
+    "submit_task": {
+        "run_id": "str",
+        "task": "str",
+        "session_id": "str",
+        "request_id": "str",
+        "input": "json",
+        "version": "str?",
+        "enqueue": "bool",
+    },
+    "submit_graph": {
+        "run_id": "str",
+        "session_id": "str",
+        "request_id": "str",
+        "nodes": "list",
+        "enqueue": "bool",
+    },
+    "signal": {"run_id": "str", "signal": "str", "value": "json", "request_id": "str"},
     "respond": {"interaction_id": "str", "response": "object"},
     "resolve": {"run_id": "str", "key": "str", "output": "json"},
     "retry": {"run_id": "str"},
@@ -141,6 +203,8 @@ def _valid(kind: str, value: JSON) -> bool:
         return isinstance(value, str) and check_text(value) is None
     if kind == "bool":
         return isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, list) and all(_valid("object", v) for v in value)
     try:
         check(value)
     except NotJSONError:
@@ -181,6 +245,12 @@ def describe(command: Command) -> str:
         return f"fork({command.run_id}, before={command.before})"
     if isinstance(command, Submit):
         return f"submit({command.agent_id}, {command.session_id}/{command.request_id})"
+    if isinstance(command, SubmitTask):
+        return f"submit_task({command.task}, {command.session_id}/{command.request_id})"
+    if isinstance(command, SubmitGraph):
+        return f"submit_graph({command.session_id}/{command.request_id})"
+    if isinstance(command, Signal):
+        return f"signal({command.run_id}, {command.signal}, {command.request_id})"
     return f"{command.name}({command.run_id})"
 
 

@@ -17,6 +17,11 @@ __all__ = [
     "EVENT_KINDS",
     "OPERATION_EVENT_KINDS",
     "PREVIEW_CHARS",
+    "ChildCompleted",
+    "ChildStarted",
+    "Custom",
+    "EffectCompleted",
+    "EffectStarted",
     "EventKind",
     "InteractionRequested",
     "InteractionResponded",
@@ -26,8 +31,11 @@ __all__ = [
     "ModelDelta",
     "ModelStarted",
     "Payload",
+    "SignalReceived",
     "StatusChanged",
     "Submitted",
+    "TimerFired",
+    "TimerSet",
     "ToolCompleted",
     "ToolStarted",
     "operation_completed",
@@ -47,6 +55,14 @@ EventKind = Literal[
     "tool_completed",
     "interaction_requested",
     "interaction_responded",
+    "effect_started",
+    "effect_completed",
+    "timer_set",
+    "timer_fired",
+    "signal_received",
+    "child_started",
+    "child_completed",
+    "custom",
 ]
 EVENT_KINDS: tuple[EventKind, ...] = EventKind.__args__  # type: ignore[attr-defined]
 
@@ -92,6 +108,10 @@ class Submitted(Payload):
     forked_from: str | None = None
     before: str | None = None
     copied_operations: int | None = None
+    #: ``task`` or ``graph`` (``None``: an agent run).
+    kind: str | None = None
+    #: The run that owns this one.
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +128,8 @@ class StatusChanged(Payload):
     resumed: bool | None = None
     resolved: str | None = None
     retried: bool | None = None
+    #: What made a waiting run go on: ``signal:NAME``, ``child:RUN_ID``.
+    woken_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +230,86 @@ class InteractionResponded(Payload):
     response: JSON
 
 
+@dataclass(frozen=True, slots=True)
+class EffectStarted(Payload):
+    """An attempt of a task's step (``recovery`` ``safe``) or effect started."""
+
+    event_kind: ClassVar[EventKind] = "effect_started"
+    key: str
+    name: str
+    recovery: str
+    attempt: int
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectCompleted(Payload):
+    """A step's or effect's result was committed (``failed``: it raised ``error``)."""
+
+    event_kind: ClassVar[EventKind] = "effect_completed"
+    key: str
+    name: str
+    failed: bool
+    output: JSON
+    error: str | None = None
+    resolved: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerSet(Payload):
+    """A task sleeps, or waits for a signal with a timeout, until ``until``."""
+
+    event_kind: ClassVar[EventKind] = "timer_set"
+    key: str
+    until: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired(Payload):
+    event_kind: ClassVar[EventKind] = "timer_fired"
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived(Payload):
+    """A signal was journaled for the run (the ``number``-th of its ``name``)."""
+
+    event_kind: ClassVar[EventKind] = "signal_received"
+    name: str
+    request_id: str
+    number: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStarted(Payload):
+    """The run created an owned child run (``kind`` ``agent`` or ``task``)."""
+
+    event_kind: ClassVar[EventKind] = "child_started"
+    key: str
+    child_run_id: str
+    kind: str
+    definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildCompleted(Payload):
+    """An owned child run ended (``status``: completed, failed or cancelled)."""
+
+    event_kind: ClassVar[EventKind] = "child_completed"
+    key: str
+    child_run_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Custom(Payload):
+    """A task's own progress event (``ctx.emit(name, value)``)."""
+
+    event_kind: ClassVar[EventKind] = "custom"
+    name: str
+    value: JSON
+
+
 # -- the events of an operation ----------------------------------------------------------------
 #
 # An operation's intent and result carry their events' data already: the first start of a model
@@ -218,7 +320,7 @@ class InteractionResponded(Payload):
 #: Characters of a tool's output that its ``tool_completed`` event previews.
 PREVIEW_CHARS = 200
 
-OPERATION_EVENT_KINDS = frozenset({"model", "tool"})
+OPERATION_EVENT_KINDS = frozenset({"model", "tool", "step", "effect", "timer", "child", "emit"})
 
 
 def preview(output: JSON) -> JSON:
@@ -245,6 +347,25 @@ def operation_started(
             call_id=str(data.get("call_id", "")),
             attempt=attempt,
             operation_id=operation_id,
+        )
+    if kind in ("step", "effect"):
+        return EffectStarted(
+            key=key,
+            name=str(data.get("name", key)),
+            recovery=str(data.get("recovery", "safe")),
+            attempt=attempt,
+            operation_id=operation_id,
+        )
+    if kind == "timer" and attempt == 1:
+        return TimerSet(key=key, until=str(data.get("until", "")))
+    if kind == "emit":
+        return Custom(name=str(data.get("name", "")), value=data.get("value"))
+    if kind == "child" and attempt == 1:
+        return ChildStarted(
+            key=key,
+            child_run_id=str(data.get("run_id", "")),
+            kind=str(data.get("kind", "")),
+            definition=str(data.get("definition", "")),
         )
     return None
 
@@ -287,7 +408,29 @@ def operation_completed(kind: str, key: str, stored_input: JSON, result: JSON) -
             failed=bool(found.get("failed")),
             output=preview(found.get("output")),
         )
+    if kind in ("step", "effect"):
+        error = found.get("error")
+        return EffectCompleted(
+            key=key,
+            name=str(data.get("name", key)),
+            failed=bool(found.get("failed")),
+            output=preview(found.get("output")),
+            error=_error_text(error) if error else None,
+            resolved=True if found.get("resolved") else None,
+        )
+    if kind == "timer":
+        return TimerFired(key=key)
+    if kind == "child":
+        return ChildCompleted(
+            key=key, child_run_id=str(data.get("run_id", "")), status=str(found.get("status", ""))
+        )
     return None
+
+
+def _error_text(error: JSON) -> str:
+    if isinstance(error, dict):
+        return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+    return str(error)
 
 
 def _turn(key: str, data: dict[str, Any]) -> int:

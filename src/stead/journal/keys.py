@@ -11,11 +11,15 @@ from .._json import digest_text
 __all__ = [
     "approval_key",
     "budget_key",
+    "child_run_id",
+    "child_session",
     "history_node",
     "interaction_id",
     "model_key",
     "model_turn",
+    "numbered",
     "operation_id",
+    "scoped",
     "tool_key",
 ]
 
@@ -54,3 +58,23 @@ def interaction_id(run_id: str, key: str) -> str:
 def history_node(previous: str | None, message_digest: str) -> str:
     """A node of the content-addressed history chain: a message after a prefix."""
     return digest_text(f"{previous or ''}:{message_digest}")
+
+
+def numbered(name: str, count: int) -> str:
+    """A task's step name on its ``count``-th use in one scope: ``fetch``, ``fetch#2``, ..."""
+    return name if count == 1 else f"{name}#{count}"
+
+
+def scoped(scope: str, key: str) -> str:
+    """A key inside a concurrent branch: ``gather/1/fetch``; the top scope is ``""``."""
+    return f"{scope}/{key}" if scope else key
+
+
+def child_run_id(parent_run_id: str, key: str) -> str:
+    """The id of the child run a parent creates at ``key``: the same on every replay."""
+    return "run_" + digest_text(f"{parent_run_id}/{key}")[:28]
+
+
+def child_session(parent_session: str, parent_run_id: str, key: str) -> str:
+    """A child run's own session, in its parent's session tree."""
+    return f"{parent_session}/{parent_run_id}/{key}"

@@ -18,6 +18,7 @@ __all__ = [
     "Recovery",
     "Run",
     "RunStatus",
+    "Signal",
     "Writes",
     "outcome_history",
     "outcome_record",
@@ -119,6 +120,25 @@ class Run:
     #: history, or a run started before histories were kept by run, whose ``history_head``
     #: names a chain of stored messages).
     history_run: str | None = None
+    #: The run that owns this one (a task's child run, a graph's node), if any.
+    parent_id: str | None = None
+
+    @property
+    def definition(self) -> str:
+        """What the run executes: the agent id, the task name, or ``graph``."""
+        return self.agent_id
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal journaled on arrival: the ``number``-th of its ``name`` for its run."""
+
+    run_id: str
+    request_id: str
+    name: str
+    number: int
+    value: JSON
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,21 +32,26 @@ from .commands import (
     Resolve,
     Respond,
     Retry,
+    Signal,
     Submit,
+    SubmitGraph,
+    SubmitTask,
     command_from_json,
     error_answer,
 )
 from .events import (
+    EffectCompleted,
     InteractionRequested,
     InteractionResponded,
     Payload,
+    SignalReceived,
     StatusChanged,
     Submitted,
     ToolCompleted,
     operation_completed,
     operation_started,
 )
-from .keys import operation_id
+from .keys import child_session, operation_id
 from .protocol import InboxRow, Tx
 from .records import (
     RUNNABLE_STATUSES,
@@ -77,13 +82,16 @@ __all__ = [
     "respond",
     "restart_operation",
     "retry",
+    "signal",
+    "start_child",
     "start_operation",
     "stop",
     "submit",
 ]
 
-#: Resolves the version a new run of an agent is pinned to (``None``: the latest registered);
-#: raises :class:`NotFoundError` when there is no such agent or version.
+#: Resolves the version a new run of a definition (an agent or a task) is pinned to (``None``:
+#: the latest registered); raises :class:`NotFoundError` when there is no such definition or
+#: version.
 VersionOf = Callable[[str, str | None], str]
 
 
@@ -148,8 +156,11 @@ def submit(
     submission: str,
     enqueue: bool,
     max_pending: int | None,
+    kind: str = "agent",
+    parent_id: str | None = None,
 ) -> tuple[str, bool]:
-    """Insert a run (or find the identical earlier submission); True when it is ready."""
+    """Insert a run of an agent or a task (or find the identical earlier submission); True
+    when it is ready. ``parent_id`` makes it a child the parent run owns."""
     existing = existing_submission(tx, session_id, request_id, submission)
     if existing is not None:
         return existing, False
@@ -177,12 +188,13 @@ def submit(
         run_id=run_id,
         session_id=session_id,
         request_id=request_id,
-        kind="agent",
+        kind=kind,
         agent_id=agent_id,
         version=version,
         status=status,
         input=input,
         submission_digest=submission,
+        parent_id=parent_id,
     )
     tx.append_event(
         run_id,
@@ -192,6 +204,8 @@ def submit(
             session_id=session_id,
             request_id=request_id,
             status=status.value,
+            kind=kind if kind != "agent" else None,
+            parent_id=parent_id,
         ),
     )
     return run_id, status == RunStatus.PENDING
@@ -326,17 +340,30 @@ def resolve(tx: Tx, run_id: str, key: str, output: JSON) -> None:
             + "; only the operation a needs_attention run names can be resolved"
         )
     tx.complete_operation(run_id, key, result)
-    tx.append_event(
-        run_id,
-        ToolCompleted(
-            key=key,
-            tool=op.input.get("tool") if isinstance(op.input, dict) else None,
-            call_id=op.input.get("call_id") if isinstance(op.input, dict) else None,
-            failed=False,
-            output=output,
-            resolved=True,
-        ),
-    )
+    stored = op.input if isinstance(op.input, dict) else {}
+    if op.kind in ("step", "effect"):
+        tx.append_event(
+            run_id,
+            EffectCompleted(
+                key=key,
+                name=str(stored.get("name", key)),
+                failed=False,
+                output=output,
+                resolved=True,
+            ),
+        )
+    else:
+        tx.append_event(
+            run_id,
+            ToolCompleted(
+                key=key,
+                tool=stored.get("tool"),
+                call_id=stored.get("call_id"),
+                failed=False,
+                output=output,
+                resolved=True,
+            ),
+        )
     _pending(tx, run_id, resolved=key)
 
 
@@ -368,26 +395,77 @@ def retry(tx: Tx, run_id: str) -> None:
     _pending(tx, run_id, retried=True)
 
 
-def cancel(tx: Tx, run_id: str, reason: str | None) -> bool:
-    """End a run for good (never restarted); False if it was cancelled already."""
+def cancel(tx: Tx, run_id: str, reason: str | None) -> list[str]:
+    """End a run for good (never restarted), and every unfinished run it owns; returns the ids
+    of the runs cancelled (none if it was cancelled already)."""
     run = _run(tx, run_id)
     if run.status == RunStatus.CANCELLED:
-        return False
+        return []
     if run.status.terminal:
         raise ConflictError(
             f"run {run_id} already ended {run.status.value}; it cannot be cancelled"
         )
+    return _cancel(tx, run, reason)
+
+
+def _cancel(tx: Tx, run: Run, reason: str | None) -> list[str]:
     tx.update_run(
-        run_id,
+        run.id,
         status=RunStatus.CANCELLED,
         error={"reason": reason or "cancelled", "operation": None, "kind": "cancelled"},
         error_kind="cancelled",
         finished_at=tx.now(),
         next_attempt_at=None,
     )
-    tx.cancel_interactions(run_id)
-    tx.append_event(run_id, StatusChanged(status="cancelled", reason=reason))
-    return True
+    tx.cancel_interactions(run.id)
+    tx.append_event(run.id, StatusChanged(status="cancelled", reason=reason))
+    cancelled = [run.id]
+    for child in tx.child_runs(run.id):
+        if not child.status.terminal:
+            cancelled += _cancel(tx, child, f"its parent run {run.id} was cancelled")
+    _wake_parent(tx, run)
+    return cancelled
+
+
+def _wake_parent(tx: Tx, run: Run) -> None:
+    """A child run ended: its waiting parent goes on (and finds out how)."""
+    if run.parent_id is None:
+        return
+    parent = tx.get_run(run.parent_id)
+    if parent is not None and parent.status == RunStatus.WAITING:
+        _pending(tx, parent.id, woken_by=f"child:{run.id}")
+
+
+def signal(tx: Tx, command: Signal) -> JSON:
+    """Journal a signal for a task run, once per ``(run, request_id)``: the same signal again
+    is a no-op, a different one a conflict. A waiting run goes on to look at it."""
+    run = _run(tx, command.run_id)
+    if run.kind == "agent":
+        raise ValidationError(
+            f"run {run.id} is a run of agent {run.agent_id!r}; signals go to task runs "
+            "(steer an agent run with a new submission instead)"
+        )
+    existing = tx.get_signal(run.id, command.request_id)
+    if existing is not None:
+        if existing.name == command.signal and existing.value == command.value:
+            return {"number": existing.number, "duplicate": True}
+        raise ConflictError(
+            f"request {command.request_id!r} already delivered signal {existing.name!r} to run "
+            f"{run.id} with a different value; use a new request_id for a new signal"
+        )
+    if run.status.terminal:
+        raise ConflictError(
+            f"run {run.id} already ended {run.status.value}; signal {command.signal!r} can no "
+            "longer be delivered"
+        )
+    added = tx.insert_signal(run.id, command.request_id, command.signal, command.value)
+    tx.append_event(
+        run.id,
+        SignalReceived(name=added.name, request_id=added.request_id, number=added.number),
+    )
+    if run.status == RunStatus.WAITING:
+        _pending(tx, run.id, woken_by=f"signal:{command.signal}")
+    return {"number": added.number, "duplicate": False}
 
 
 def apply(
@@ -397,6 +475,12 @@ def apply(
     ``version_of`` is the owner's registry (``None`` where there is no owner at hand)."""
     if isinstance(command, Submit):
         return _submit(tx, command, version_of, max_pending)
+    if isinstance(command, SubmitTask):
+        return _submit_task(tx, command, version_of, max_pending)
+    if isinstance(command, SubmitGraph):
+        return _submit_graph(tx, command, max_pending)
+    if isinstance(command, Signal):
+        return signal(tx, command)
     if isinstance(command, Respond):
         respond(tx, command.interaction_id, command.response)
         return None
@@ -412,16 +496,58 @@ def apply(
     return {"run_id": run_id, "ready": ready}
 
 
-def _submit(tx: Tx, command: Submit, version_of: VersionOf | None, max_pending: int | None) -> JSON:
+def _version(version_of: VersionOf | None, what: str, name: str, version: str | None) -> str:
     if version_of is not None:
-        version = version_of(command.agent_id, command.version)
-    elif command.version is not None:
-        version = command.version
-    else:
-        raise ValidationError(
-            f"no runtime owns this store to pick the latest version of agent "
-            f"{command.agent_id!r}; pass version=... or submit while a runtime runs"
-        )
+        return version_of(name, version)
+    if version is not None:
+        return version
+    raise ValidationError(
+        f"no runtime owns this store to pick the latest version of {what} {name!r}; pass "
+        "version=... or submit while a runtime runs"
+    )
+
+
+def _submit_task(
+    tx: Tx, command: SubmitTask, version_of: VersionOf | None, max_pending: int | None
+) -> JSON:
+    version = _version(version_of, "task", command.task, command.version)
+    payload = {"input": command.input}
+    run_id, ready = submit(
+        tx,
+        run_id=command.run_id,
+        session_id=command.session_id,
+        request_id=command.request_id,
+        agent_id=command.task,
+        version=version,
+        input=payload,
+        submission=digest({"kind": "task", "task": command.task, "input": payload}),
+        enqueue=command.enqueue,
+        max_pending=max_pending,
+        kind="task",
+    )
+    return {"run_id": run_id, "ready": ready}
+
+
+def _submit_graph(tx: Tx, command: SubmitGraph, max_pending: int | None) -> JSON:
+    payload = {"nodes": command.nodes}
+    run_id, ready = submit(
+        tx,
+        run_id=command.run_id,
+        session_id=command.session_id,
+        request_id=command.request_id,
+        agent_id="graph",
+        version="1",
+        input=payload,
+        submission=digest({"kind": "graph", "input": payload}),
+        enqueue=command.enqueue,
+        max_pending=max_pending,
+        kind="graph",
+    )
+    return {"run_id": run_id, "ready": ready}
+
+
+def _submit(tx: Tx, command: Submit, version_of: VersionOf | None, max_pending: int | None) -> JSON:
+    version = _version(version_of, "agent", command.agent_id, command.version)
     payload = {"prompt": command.prompt}
     run_id, ready = submit(
         tx,
@@ -457,7 +583,7 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
     if current is None:
         return None
     due = (
-        current.status == RunStatus.RETRY_WAIT
+        current.status in (RunStatus.RETRY_WAIT, RunStatus.WAITING)
         and current.next_attempt_at is not None
         and current.next_attempt_at <= tx.now()
     )
@@ -468,8 +594,9 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
             tx,
             run_id,
             RunStatus.NEEDS_ATTENTION,
-            f"agent {current.agent_id!r} version {current.version!r} is not registered in this "
-            "runtime; register that version (App.register) and retry() the run",
+            f"{current.kind} {current.agent_id!r} version {current.version!r} is not "
+            "registered in this runtime; register that version (App.register) and retry() "
+            "the run",
             None,
             kind="needs_attention",
         )
@@ -477,7 +604,9 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
     fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
     if current.started_at is None:
         fields["started_at"] = tx.now()
-    if current.history_length is None:  # a session's history is taken when the run first starts
+    if current.history_length is None and current.kind != "agent":
+        fields["history_length"] = 0  # a task or graph run has no conversation
+    elif current.history_length is None:  # a session's history is taken when the run first starts
         previous = tx.latest_completed(current.session_id, current.number)
         head, length, source = None, 0, None
         if previous is not None and previous.outcome is not None:
@@ -514,6 +643,7 @@ def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
         usage=outcome["usage"],
     )
     tx.append_event(run_id, StatusChanged(status="completed"))
+    _wake_parent(tx, current)
     return True
 
 
@@ -555,19 +685,57 @@ def stop(
             next_attempt_at=iso(next_attempt_at) if next_attempt_at is not None else None,
         ),
     )
+    if status.terminal:
+        _wake_parent(tx, current)
 
 
-def park(tx: Tx, run_id: str, reason: str) -> None:
-    """The run waits for people; if every interaction was answered meanwhile, it goes on."""
+def park(
+    tx: Tx,
+    run_id: str,
+    reason: str,
+    *,
+    interactions: bool = True,
+    until: datetime | None = None,
+    signals: dict[str, int] | None = None,
+    children: dict[str, list[str]] | None = None,
+) -> None:
+    """The run waits — for people (``interactions``), a time (``until``), the next signal of a
+    name (``signals``: how many of each it has taken) or a child run reaching one of the
+    statuses given for it (``children``) — and goes on at once if what it waits for came
+    meanwhile (or it waits for nothing)."""
     current = tx.get_run(run_id)
     if current is None or current.status != RunStatus.RUNNING:
         return
-    if tx.pending_interactions(run_id):
-        tx.update_run(run_id, status=RunStatus.WAITING, error=None, error_kind=None)
-        tx.append_event(run_id, StatusChanged(status="waiting", reason=reason))
+    awaited = interactions or until is not None or bool(signals) or bool(children)
+    come = (
+        (interactions and not tx.pending_interactions(run_id))
+        or (until is not None and until <= tx.now())
+        or any(
+            tx.signal_number(run_id, name, taken + 1) is not None
+            for name, taken in (signals or {}).items()
+        )
+        or any(_settled(tx, child, statuses) for child, statuses in (children or {}).items())
+    )
+    if awaited and not come:
+        tx.update_run(
+            run_id, status=RunStatus.WAITING, error=None, error_kind=None, next_attempt_at=until
+        )
+        tx.append_event(
+            run_id,
+            StatusChanged(
+                status="waiting",
+                reason=reason,
+                next_attempt_at=iso(until) if until is not None else None,
+            ),
+        )
     else:
         tx.update_run(run_id, status=RunStatus.PENDING)
         tx.append_event(run_id, StatusChanged(status="pending"))
+
+
+def _settled(tx: Tx, run_id: str, statuses: list[str]) -> bool:
+    run = tx.get_run(run_id)
+    return run is None or run.status.value in statuses
 
 
 def start_operation(
@@ -698,6 +866,40 @@ def request_interaction(
             arguments=arguments,
             payload=payload,
         ),
+    )
+
+
+def start_child(
+    tx: Tx,
+    *,
+    operation: dict[str, Any],
+    child_id: str,
+    kind: str,
+    definition: str,
+    version: str,
+    input: JSON,
+) -> None:
+    """The intent of a child operation and the child run it creates, in one transaction: the
+    child is owned by the run (cancelled with it; its end wakes it) and has a session of its
+    own in its parent's session tree. A replay finds both."""
+    parent = _run(tx, operation["run_id"])
+    start_operation(tx, **operation)
+    if tx.get_run(child_id) is not None:
+        return
+    session = child_session(parent.session_id, parent.id, operation["key"])
+    submit(
+        tx,
+        run_id=child_id,
+        session_id=session,
+        request_id=operation["key"],
+        agent_id=definition,
+        version=version,
+        input=input,
+        submission=digest({"kind": kind, "definition": definition, "input": input}),
+        enqueue=False,
+        max_pending=None,
+        kind=kind,
+        parent_id=parent.id,
     )
 
 

@@ -21,7 +21,7 @@ from ..._ids import jitter
 from ..._json import JSON
 from ...errors import NotFoundError, SchemaVersionError, StorageError
 from ...journal import transitions
-from ...journal.commands import Cancel, Command, Submit
+from ...journal.commands import Cancel, Command, Submit, SubmitTask
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -125,13 +125,20 @@ class PostgresClient:
         conn.execute("BEGIN")
         try:
             tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
-            if version_of is None and isinstance(command, Submit) and command.version is None:
-                version_of = _registered(tx)
+            if (
+                version_of is None
+                and isinstance(command, Submit | SubmitTask)
+                and command.version is None
+            ):
+                version_of = _registered(tx, "task" if isinstance(command, SubmitTask) else "agent")
             answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
             tx.write_events()
             tx.write_sequence()
-            notice = f"cancel:{command.run_id}" if isinstance(command, Cancel) else ""
-            conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
+            notices = [""]
+            if isinstance(command, Cancel) and isinstance(answer, list):
+                notices = [f"cancel:{run_id}" for run_id in answer] or [""]
+            for notice in notices:
+                conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
             conn.execute("COMMIT")
             return answer
         except BaseException:
@@ -147,8 +154,9 @@ def _read(conn: Any, store: PostgresStore, fn: Callable[[PostgresTx], T]) -> T:
         conn.execute("ROLLBACK")
 
 
-def _registered(tx: PostgresTx) -> transitions.VersionOf:
-    """The version a runtime declared latest for an agent (when a client names none)."""
+def _registered(tx: PostgresTx, what: str) -> transitions.VersionOf:
+    """The version a runtime declared latest for an agent or a task (when a client names
+    none)."""
 
     def version_of(agent_id: str, version: str | None) -> str:
         if version is not None:
@@ -161,8 +169,9 @@ def _registered(tx: PostgresTx) -> transitions.VersionOf:
             return str(row[0])
         known = [r[0] for r in tx.execute("SELECT DISTINCT agent_id FROM stead_agents")]
         raise NotFoundError(
-            f"unknown agent {agent_id!r}: no worker on this schema registered it; registered "
-            f"agents: {', '.join(sorted(known)) or 'none'}. Start a worker whose App has it"
+            f"unknown {what} {agent_id!r}: no worker on this schema registered it; registered "
+            f"agents and tasks: {', '.join(sorted(known)) or 'none'}. Start a worker whose App "
+            "has it"
         )
 
     return version_of

@@ -36,10 +36,11 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("stead_blobs", "hash"),
     ("stead_history", "hash"),
     ("stead_inbox", "id"),
+    ("stead_signals", "run_id, request_id"),
 )
 #: Tables whose integer key PostgreSQL generates: copied with OVERRIDING SYSTEM VALUE.
 _IDENTITY = {"stead_runs": "number", "stead_inbox": "id"}
-_TEXT_KEYED = {"stead_operations", "stead_blobs", "stead_history"}
+_TEXT_KEYED = {"stead_operations", "stead_blobs", "stead_history", "stead_signals"}
 _BATCH = 1000
 
 

@@ -13,9 +13,12 @@ from .inbox import InboxRows
 from .interactions import InteractionRows
 from .operations import OperationRows
 from .runs import RunRows
+from .signals import SignalRows
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SqlTx"]
 
 
-class SqlTx(RunRows, OperationRows, InteractionRows, EventRows, BlobRows, InboxRows, SqlBase):
+class SqlTx(
+    RunRows, OperationRows, InteractionRows, EventRows, BlobRows, InboxRows, SignalRows, SqlBase
+):
     """Every row operation of the :class:`~stead.journal.protocol.Tx` protocol."""

@@ -75,13 +75,16 @@ POSTGRES = Dialect(
 RUN_COLUMNS = (
     "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
     "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
-    "started_at, finished_at, next_attempt_at, error_kind, history_run"
+    "started_at, finished_at, next_attempt_at, error_kind, history_run, parent_id"
 )
 OP_COLUMNS = (
     "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
     "created_at, updated_at, copied_from, attempt_base"
 )
 TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
+#: Statuses whose ``next_attempt_at`` makes the run runnable when it comes: a model back-off, a
+#: timer (a sleep, a signal wait's timeout) of a waiting run.
+TIMED_SQL = "('retry_wait', 'waiting')"
 UPDATABLE_RUN_FIELDS = frozenset(
     {
         "status",
@@ -133,6 +136,7 @@ def run_of(row: Sequence[Any]) -> Run:
         next_attempt_at=time_of(row[19]),
         error_kind=row[20],
         history_run=row[21],
+        parent_id=row[22],
     )
 
 

@@ -13,6 +13,7 @@ from ._base import (
     JSON_RUN_FIELDS,
     RUN_COLUMNS,
     TERMINAL_SQL,
+    TIMED_SQL,
     UPDATABLE_RUN_FIELDS,
     SqlBase,
     run_of,
@@ -53,9 +54,11 @@ class RunRows(SqlBase):
         return run_of(row) if row else None
 
     def latest_completed(self, session_id: str, before: int) -> Run | None:
+        """The session's newest completed agent run before run ``before`` (whose conversation
+        is the session's history; task and graph runs have none)."""
         row = self.execute(
             f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
-            "AND status = 'completed' ORDER BY number DESC LIMIT 1",
+            "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
             (session_id, before),
         ).fetchone()
         return run_of(row) if row else None
@@ -72,12 +75,13 @@ class RunRows(SqlBase):
         status: RunStatus,
         input: JSON,
         submission_digest: str,
+        parent_id: str | None = None,
     ) -> Run:
         now = self.stamp()
         self.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
-            "input, submission_digest, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "input, submission_digest, created_at, updated_at, parent_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 session_id,
@@ -90,6 +94,7 @@ class RunRows(SqlBase):
                 submission_digest,
                 now,
                 now,
+                parent_id,
             ),
         )
         run = self.get_run(run_id)
@@ -126,12 +131,13 @@ class RunRows(SqlBase):
 
     def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
         """Runs the scheduler may start, in submission order: runnable status (or a retry_wait
-        whose time has come) and at the head of their session (no earlier unfinished run)."""
+        or a timer whose time has come) and at the head of their session (no earlier
+        unfinished run)."""
         excluded = set(exclude)
         statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = self.execute(
             f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
-            "OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?)) "
+            f"OR (r.status IN {TIMED_SQL} AND r.next_attempt_at <= ?)) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
             f"AND p.number < r.number AND p.status NOT IN {TERMINAL_SQL}) "
             "ORDER BY r.number LIMIT ?",
@@ -140,11 +146,21 @@ class RunRows(SqlBase):
         return [run for run in map(run_of, rows) if run.id not in excluded][:limit]
 
     def next_wakeup(self) -> datetime | None:
-        """The earliest time a run in retry_wait becomes runnable."""
+        """The earliest time a run in retry_wait, or waiting on a timer, becomes runnable."""
         row = self.execute(
-            "SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'"
+            "SELECT MIN(t) FROM (SELECT MIN(next_attempt_at) AS t FROM stead_runs "
+            "WHERE status = 'retry_wait' UNION ALL SELECT MIN(next_attempt_at) FROM stead_runs "
+            "WHERE status = 'waiting' AND next_attempt_at IS NOT NULL) AS due"
         ).fetchone()
         return time_of(row[0])
+
+    def child_runs(self, parent_id: str) -> list[Run]:
+        """The runs ``parent_id`` owns, in the order they were created."""
+        rows = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE parent_id = ? ORDER BY number",
+            (parent_id,),
+        ).fetchall()
+        return [run_of(row) for row in rows]
 
     def list_runs(
         self,
@@ -154,9 +170,17 @@ class RunRows(SqlBase):
         statuses: Sequence[str] | None,
         before_number: int | None,
         limit: int,
+        kind: str | None = None,
+        parent_id: str | None = None,
     ) -> list[Run]:
         clauses: list[str] = []
         values: list[object] = []
+        if kind is not None:
+            clauses.append("kind = ?")
+            values.append(kind)
+        if parent_id is not None:
+            clauses.append("parent_id = ?")
+            values.append(parent_id)
         if session_id is not None:
             clauses.append("session_id = ?")
             values.append(session_id)
