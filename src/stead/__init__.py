@@ -26,12 +26,14 @@ from .errors import (
     RunFailed,
     RuntimeClosedError,
     SchemaVersionError,
+    SignalTimeout,
     SteadError,
+    StepFailed,
     StorageError,
     ValidationError,
 )
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
-from .journal.records import Event, Interaction, Operation, Run, RunStatus
+from .journal.records import Event, Interaction, Operation, Run, RunStatus, Signal
 from .messages import (
     AssistantMessage,
     Message,
@@ -48,6 +50,7 @@ from .runner import run_agent
 from .runtime.runtime import Limits, Runtime
 from .store.postgres import PostgresStore
 from .store.sqlite import SqliteStore
+from .tasks import GraphNode, Schedule, Task, TaskContext, task
 
 __version__ = "0.1.0"
 
@@ -64,6 +67,7 @@ __all__ = [
     "ConflictError",
     "Deny",
     "Event",
+    "GraphNode",
     "Interaction",
     "LeaseLostError",
     "LimitError",
@@ -89,11 +93,17 @@ __all__ = [
     "RunStatus",
     "Runtime",
     "RuntimeClosedError",
+    "Schedule",
     "SchemaVersionError",
+    "Signal",
+    "SignalTimeout",
     "Snapshot",
     "SqliteStore",
     "SteadError",
+    "StepFailed",
     "StorageError",
+    "Task",
+    "TaskContext",
     "Tool",
     "ToolCall",
     "ToolContext",
@@ -104,5 +114,6 @@ __all__ = [
     "ValidationError",
     "ask_user",
     "run_agent",
+    "task",
     "tool",
 ]

@@ -1,4 +1,4 @@
-"""App: the code side — registered agents, each under (id, version)."""
+"""App: the code side — registered agents and tasks, each under (name, version)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from .agent.definition import AgentDefinition
 from .errors import NotFoundError, StorageError, ValidationError, shown
 from .journal.records import Run
 from .models.pricing import Price
+from .tasks.definition import TaskDefinition
+from .tasks.graph import GraphDefinition, GraphNode
+from .tasks.schedule import Schedule
+from .tasks.task import Task
 
 if TYPE_CHECKING:
     from .journal.protocol import OwnedStore
@@ -20,8 +24,9 @@ __all__ = ["App"]
 
 
 class App:
-    """Registered agents. Several versions of one agent may be registered at once; a new
-    submission uses the version registered last unless it names one.
+    """Registered agents and tasks. Several versions of one agent or task may be registered at
+    once; a new submission uses the version registered last unless it names one. An agent and
+    a task may not share a name: a run names what it executes by it.
 
     Open it on a store to get a :class:`~stead.Runtime`::
 
@@ -29,7 +34,12 @@ class App:
     """
 
     def __init__(
-        self, agents: Iterable[Agent] = (), *, prices: Mapping[str, Price] | None = None
+        self,
+        agents: Iterable[Agent] = (),
+        *,
+        tasks: Iterable[Task] = (),
+        schedules: Iterable[Schedule] = (),
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         """``prices`` replaces the price table used for cost and ``max_cost_usd`` budgets
         (default :data:`stead.models.pricing.DEFAULT_PRICES`; extend it with
@@ -37,14 +47,48 @@ class App:
         self.prices = prices
         self._agents: dict[tuple[str, str], Agent] = {}
         self._latest: dict[str, str] = {}
+        self._tasks: dict[tuple[str, str], Task] = {}
+        self._latest_tasks: dict[str, str] = {}
         for agent in agents:
             self.register(agent)
+        for found in tasks:
+            if not isinstance(found, Task):
+                raise ValidationError(
+                    f"App(tasks=...) takes functions decorated with @stead.task, got {shown(found)}"
+                )
+            self.register(found)
+        self.schedules: list[Schedule] = []
+        for schedule in schedules:
+            self._add_schedule(schedule)
 
-    def register(self, agent: Agent) -> None:
-        """Register an agent version (also while a runtime is open: ``retry()`` a run that was
-        waiting for it)."""
+    def _add_schedule(self, schedule: Schedule) -> None:
+        if not isinstance(schedule, Schedule):
+            raise ValidationError(
+                f"App(schedules=...) takes stead.Schedule objects, got {shown(schedule)}"
+            )
+        if any(s.name == schedule.name for s in self.schedules):
+            raise ValidationError(f"two schedules are named {schedule.name!r}; names are unique")
+        task = self.task(schedule.task)
+        try:
+            task.input_json(schedule.input)
+        except ValidationError as exc:
+            raise ValidationError(f"schedule {schedule.name!r}: {exc}") from None
+        self.schedules.append(schedule)
+
+    def register(self, agent: Agent | Task) -> None:
+        """Register an agent or task version (also while a runtime is open: ``retry()`` a run
+        that was waiting for it)."""
+        if isinstance(agent, Task):
+            self._register_task(agent)
+            return
         if not isinstance(agent, Agent):
-            raise ValidationError(f"App.register expects a stead.Agent, got {shown(agent)}")
+            raise ValidationError(
+                f"App.register expects a stead.Agent or a @stead.task, got {shown(agent)}"
+            )
+        if agent.id in self._latest_tasks:
+            raise ValidationError(
+                f"agent {agent.id!r} has the name of a registered task; give it another id"
+            )
         key = (agent.id, agent.version)
         existing = self._agents.get(key)
         if existing is not None and existing is not agent:
@@ -72,25 +116,99 @@ class App:
             )
         return found
 
+    def _register_task(self, found: Task) -> None:
+        if found.name in self._latest:
+            raise ValidationError(
+                f"task {found.name!r} has the name of a registered agent; give it another name"
+            )
+        key = (found.name, found.version)
+        existing = self._tasks.get(key)
+        if existing is not None and existing is not found:
+            raise ValidationError(
+                f"task {found.name!r} version {found.version} is already registered; give a "
+                "changed task a new version"
+            )
+        self._tasks[key] = found
+        self._latest_tasks[found.name] = found.version
+
+    def task(self, name: str, version: str | int | None = None) -> Task:
+        """The registered task (latest version unless ``version`` is given)."""
+        if version is None:
+            latest = self._latest_tasks.get(name)
+            if latest is None:
+                known = ", ".join(sorted(self._latest_tasks)) or "none"
+                hint = f" ({name!r} is an agent: submit() it)" if name in self._latest else ""
+                raise NotFoundError(f"unknown task {name!r}{hint}; registered tasks: {known}")
+            version = latest
+        found = self._tasks.get((name, str(version)))
+        if found is None:
+            versions = sorted(v for (t, v) in self._tasks if t == name)
+            raise NotFoundError(
+                f"task {name!r} version {version} is not registered (registered versions: "
+                f"{', '.join(versions) or 'none'})"
+            )
+        return found
+
     def find(self, agent_id: str, version: str) -> Agent | None:
         return self._agents.get((agent_id, version))
 
-    def definition(self, run: Run) -> AgentDefinition | None:
+    def definition(self, run: Run) -> AgentDefinition | TaskDefinition | GraphDefinition | None:
         """What ``run`` executes, or ``None`` if its version is not registered here."""
+        if run.kind == "graph":
+            return GraphDefinition(self)
+        if run.kind == "task":
+            found = self._tasks.get((run.agent_id, run.version))
+            return TaskDefinition(found, self) if found is not None else None
         agent = self._agents.get((run.agent_id, run.version))
         return AgentDefinition(agent, self.prices) if agent is not None else None
 
-    def version_of(self, agent_id: str, version: str | None) -> str:
-        """The version a new run of ``agent_id`` is pinned to (the latest unless given)."""
-        return self.agent(agent_id, version).version
+    def version_of(self, name: str, version: str | None) -> str:
+        """The version a new run of the agent or task ``name`` is pinned to (the latest
+        unless given)."""
+        if name in self._latest_tasks:
+            return self.task(name, version).version
+        return self.agent(name, version).version
+
+    def kind_of(self, name: str) -> str | None:
+        """``agent`` or ``task``: what ``name`` is here (``None``: neither)."""
+        if name in self._latest_tasks:
+            return "task"
+        return "agent" if name in self._latest else None
+
+    def task_input(self, name: str, value: object) -> object:
+        """``value`` as the JSON input of a run of task ``name`` (validated by its latest
+        version); :class:`ValidationError` if it is not valid."""
+        return self.task(name).input_json(value)
+
+    def check_graph(self, nodes: list[GraphNode]) -> None:
+        """Every node runs a registered agent or task, and a task node without dependencies
+        has a valid input; :class:`NotFoundError` or :class:`ValidationError` naming the
+        node otherwise."""
+        for node in nodes:
+            if node.agent_id is not None:
+                if self.kind_of(node.agent_id) != "agent":
+                    self.agent(node.agent_id)  # raises, listing the registered agents
+            else:
+                name = node.task or ""
+                task = self.task(name)
+                if not node.depends_on:
+                    try:
+                        task.input_json(node.input)
+                    except ValidationError as exc:
+                        raise ValidationError(f"graph node {node.id!r}: {exc}") from None
 
     @property
     def agents(self) -> list[Agent]:
         return list(self._agents.values())
 
+    @property
+    def tasks(self) -> list[Task]:
+        return list(self._tasks.values())
+
     def latest_versions(self) -> dict[str, str]:
-        """Each registered agent's latest version (what a submission naming none gets)."""
-        return dict(self._latest)
+        """Each registered agent's and task's latest version (what a submission naming none
+        gets)."""
+        return {**self._latest, **self._latest_tasks}
 
     async def open(
         self,

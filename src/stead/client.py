@@ -34,17 +34,31 @@ from .errors import (
     shown,
 )
 from .handle import RunHandle, RunOutcome, RunPage, Snapshot
-from .journal.commands import Cancel, Command, Fork, Resolve, Respond, Retry, Submit
+from .journal.commands import (
+    Cancel,
+    Command,
+    Fork,
+    Resolve,
+    Respond,
+    Retry,
+    Signal,
+    Submit,
+    SubmitGraph,
+    SubmitTask,
+)
 from .journal.protocol import ClientStore, Tx
 from .journal.records import Event, Interaction, Run, RunStatus
 from .messages import AssistantMessage, Usage, message_from_json
 from .models.pricing import Price, cost_usd
 from .runtime.limits import Limits, require_id, require_text
+from .tasks.graph import GraphNode, graph_input
 
 __all__ = ["Client"]
 
 T = TypeVar("T")
 
+#: What a run can execute.
+RUN_KINDS = ("agent", "task", "graph")
 #: Events read per page when a subscriber catches up.
 EVENT_PAGE = 500
 #: How often a client looks for changes written by another process.
@@ -192,6 +206,127 @@ class Client:
         )
         return RunHandle(self, answer["run_id"])
 
+    async def submit_task(
+        self,
+        task: str,
+        input: Any = None,
+        *,
+        session_id: str,
+        request_id: str,
+        enqueue: bool = False,
+        version: str | int | None = None,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Submit a run of a task with ``input`` (JSON, or a pydantic model). The idempotency
+        key, session order and ``enqueue`` work as for :meth:`submit`. A runtime checks the
+        input against the task's input type before anything is written; a client checks that
+        it is JSON."""
+        self._check()
+        if run_id is not None:
+            require_id("run_id", run_id)
+        require_id("task", task)
+        require_id("session_id", session_id)
+        require_id("request_id", request_id)
+        pinned = None if version is None else _task_version(version)
+        value = self._task_input(task, input)
+        size = len(dumps({"input": value}).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"the input of request {request_id!r} (task {task!r}) is {size} bytes, over "
+                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or raise the "
+                "limit with stead.Limits(max_payload_bytes=...)"
+            )
+        answer = await self._apply(
+            SubmitTask(
+                run_id=run_id or new_id("run"),
+                task=task,
+                session_id=session_id,
+                request_id=request_id,
+                input=value,
+                version=pinned,
+                enqueue=enqueue,
+            )
+        )
+        return RunHandle(self, answer["run_id"])
+
+    async def submit_graph(
+        self,
+        nodes: Sequence[GraphNode],
+        *,
+        session_id: str,
+        request_id: str,
+        enqueue: bool = False,
+        run_id: str | None = None,
+    ) -> RunHandle:
+        """Submit a graph of agent and task nodes as one run (see :class:`stead.GraphNode`).
+        Everything is checked before anything is written — ids, unknown dependencies, cycles
+        (and, on a runtime, that every node's agent or task is registered); the graph run
+        then starts each node once its prerequisites completed. Its outcome's ``output`` maps
+        node ids to outputs."""
+        self._check()
+        if run_id is not None:
+            require_id("run_id", run_id)
+        require_id("session_id", session_id)
+        require_id("request_id", request_id)
+        found = graph_input(nodes)
+        self._check_graph(list(nodes))
+        size = len(dumps({"nodes": found}).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"the graph of request {request_id!r} is {size} bytes, over max_payload_bytes "
+                f"({self.limits.max_payload_bytes})"
+            )
+        answer = await self._apply(
+            SubmitGraph(
+                run_id=run_id or new_id("run"),
+                session_id=session_id,
+                request_id=request_id,
+                nodes=found,
+                enqueue=enqueue,
+            )
+        )
+        return RunHandle(self, answer["run_id"])
+
+    def _check_graph(self, nodes: list[GraphNode]) -> None:
+        """What a runtime checks of a graph's nodes against its registry (a client has none)."""
+
+    def _task_input(self, task: str, value: Any) -> Any:
+        """A task submission's input as JSON (a runtime validates it against the task)."""
+        try:
+            return to_json(value)
+        except NotJSONError as exc:
+            raise ValidationError(
+                f"the input of task {task!r} must be JSON or a pydantic model ({exc}); nothing "
+                "was submitted"
+            ) from None
+
+    async def signal(self, run_id: str, name: str, value: Any = None, *, request_id: str) -> bool:
+        """Deliver signal ``name`` with ``value`` to a task run. It is journaled at once (the
+        task may wait for it later) and consumed by the run's waits for ``name`` in the order
+        signals arrive. ``request_id`` makes it idempotent: the same signal again is a no-op
+        (returns False), a different one under the same id raises :class:`ConflictError`, and
+        so does a signal to a run that already ended."""
+        self._check()
+        require_id("run_id", run_id)
+        require_id("signal name", name)
+        require_id("request_id", request_id)
+        try:
+            payload = to_json(value)
+        except NotJSONError as exc:
+            raise ValidationError(
+                f"signal {name!r} to run {run_id}: its value must be JSON ({exc})"
+            ) from None
+        size = len(dumps(payload).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"signal {name!r} to run {run_id} is {size} bytes, over max_payload_bytes "
+                f"({self.limits.max_payload_bytes})"
+            )
+        answer = await self._apply(
+            Signal(run_id=run_id, signal=name, value=payload, request_id=request_id)
+        )
+        return not (isinstance(answer, dict) and answer.get("duplicate"))
+
     def get_run(self, run_id: str) -> RunHandle:
         """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""
         self._check()
@@ -213,9 +348,17 @@ class Client:
         status: str | RunStatus | list[str] | None = None,
         after: str | None = None,
         limit: int = 50,
+        kind: str | None = None,
+        parent_id: str | None = None,
     ) -> RunPage:
-        """Runs, newest first, filtered; pass ``page.next_cursor`` as ``after`` for more."""
+        """Runs, newest first, filtered (``kind``: ``agent``, ``task`` or ``graph``;
+        ``parent_id``: the runs that run owns); pass ``page.next_cursor`` as ``after`` for
+        more."""
         self._check()
+        if kind is not None and kind not in RUN_KINDS:
+            raise ValidationError(f"kind must be one of {', '.join(RUN_KINDS)}, got {shown(kind)}")
+        if parent_id is not None:
+            require_id("parent_id", parent_id)
         if session_id is not None:
             require_id("session_id", session_id)
         if agent_id is not None:
@@ -250,6 +393,8 @@ class Client:
                 statuses=statuses,
                 before_number=before,
                 limit=limit + 1,
+                kind=kind,
+                parent_id=parent_id,
             )
         )
         more = len(runs) > limit
@@ -530,6 +675,14 @@ def _events_after(run_id: str, after: int, limit: int) -> Callable[[Tx], list[Ev
     return lambda tx: tx.events_after(run_id, after, limit)
 
 
+def _task_version(version: object) -> str:
+    if isinstance(version, int) and not isinstance(version, bool):
+        if version < 1:
+            raise ValidationError(f"version must be >= 1, got {version}")
+        return str(version)
+    return require_id("version", version)
+
+
 def _require_limit(limit: object) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ValidationError(f"limit must be an integer from 1 to 1000, got {shown(limit)}")
@@ -539,7 +692,7 @@ def _read_outcome(tx: Tx, run_id: str) -> tuple[Run, list[str]] | None:
     run = tx.get_run(run_id)
     if run is None:
         return None
-    if run.status != RunStatus.COMPLETED or run.outcome is None:
+    if run.status != RunStatus.COMPLETED or run.outcome is None or run.kind != "agent":
         return run, []
     return run, conversation(tx, run)
 
@@ -552,6 +705,13 @@ def _outcome(run: Run, bodies: list[str]) -> RunOutcome:
     if run.status == RunStatus.CANCELLED:
         raise RunCancelled(run.id, (run.error or {}).get("reason"))
     outcome = run.outcome or {}
+    if run.kind != "agent":
+        return RunOutcome(
+            run_id=run.id,
+            output=outcome.get("output"),
+            messages=(),
+            usage=Usage.from_json(outcome.get("usage")),
+        )
     messages = [message_from_json(loads(b)) for b in bodies[outcome["history_length"] :]]
     return RunOutcome(
         run_id=run.id,

@@ -175,3 +175,28 @@ class RunCancelled(SteadError):
         super().__init__(f"run {run_id} was cancelled{detail}")
         self.run_id = run_id
         self.reason = reason
+
+
+class SignalTimeout(SteadError, TimeoutError):
+    """Raised inside a task by ``ctx.wait_for_signal(name, timeout=...)`` when no signal of
+    ``name`` arrived in time (the timeout is journaled: a replay raises it again)."""
+
+    def __init__(self, run_id: str, name: str, key: str) -> None:
+        super().__init__(
+            f"run {run_id}: no signal {name!r} arrived before the timeout of wait {key}"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.key = key
+
+
+class StepFailed(SteadError):
+    """A task's step or effect raised an exception that cannot be raised again as its own type
+    on replay (its class is gone or takes other arguments): ``error_type`` names it, the
+    message is its own."""
+
+    def __init__(self, key: str, error_type: str, message: str) -> None:
+        super().__init__(f"{key} raised {error_type}: {message}")
+        self.key = key
+        self.error_type = error_type
+        self.message = message

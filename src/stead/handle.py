@@ -19,11 +19,12 @@ __all__ = ["RunHandle", "RunOutcome", "RunPage", "Snapshot"]
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
-    """What a completed run produced: the final ``output`` text, the run's own ``messages``
-    (prompt through final answer, without the session history before it) and its ``usage``."""
+    """What a completed run produced: its ``output`` (an agent's final text; a task's return
+    value as JSON), an agent run's own ``messages`` (prompt through final answer, without the
+    session history before it; empty for a task) and its ``usage``."""
 
     run_id: str
-    output: str
+    output: Any
     messages: Sequence[Message]
     usage: Usage
 
@@ -107,6 +108,11 @@ class RunHandle:
         """Continue a ``failed`` or ``needs_attention`` run, keeping every committed result. An
         interrupted ``manual`` operation it needs attention at runs again."""
         await self._client.retry(self.id)
+
+    async def signal(self, name: str, value: Any = None, *, request_id: str) -> bool:
+        """Deliver signal ``name`` to this task run (see ``signal`` on the client); False if
+        the same signal was delivered before under ``request_id``."""
+        return await self._client.signal(self.id, name, value, request_id=request_id)
 
     async def cancel(self, reason: str | None = None) -> None:
         """Cancel the run (terminal; never restarted). Effects already done are not undone."""

@@ -42,7 +42,9 @@ def build_checkpoint(
 ) -> Checkpoint:
     """Read the view from a transaction: the run's messages are built from its operations
     and those of the runs its session history continues."""
-    if run.status == RunStatus.COMPLETED and run.outcome is not None:
+    if run.kind != "agent":  # a task or graph run has no conversation of its own
+        bodies: list[str] = []
+    elif run.status == RunStatus.COMPLETED and run.outcome is not None:
         bodies = conversation(tx, run)
     else:
         bodies = session_history(tx, run) + own_messages(tx, run, operations)
@@ -68,6 +70,8 @@ def build_checkpoint(
     }
     pending = [i for i in tx.run_interactions(run.id) if i.status == "pending"]
     final = run.outcome.get("output") if isinstance(run.outcome, dict) else None
+    if not isinstance(final, str):
+        final = None  # a task's output is its JSON, in the run's outcome
     return Checkpoint(
         messages=messages,
         turns=turns,

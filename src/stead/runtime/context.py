@@ -154,17 +154,7 @@ class RunContext:
         of it); the input hash that replay compares always covers the whole input.
         """
         run_id = self.run.id
-        # One encoding serves the hash, the size check and storage. The hash is the digest of
-        # {"input": ..., "kind": ...} in canonical form, written out around the input's text.
-        input_text = canonical(input)
-        input_hash = digest_text(f'{{"input":{input_text},"kind":{canonical(kind)}}}')
-        if key in self._keys:
-            raise NeedsAttention(
-                f"operation key {key} was used twice in one execution of run {run_id}; give "
-                "each operation its own key",
-                operation=key,
-            )
-        self._keys.add(key)
+        input_text, input_hash = self._use_key(key, kind, input)
         op = self.operations.get(key)
         if op is not None:
             replayed = self._replay(op, kind, input_hash, describe, max_attempts)
@@ -195,13 +185,7 @@ class RunContext:
             )
         else:
             attempt = 1
-            if self.max_operations is not None and self._created >= self.max_operations:
-                raise NeedsAttention(
-                    f"limit max_operations_per_run hit at {key}: run {run_id} already has "
-                    f"{self._created} operations (limit {self.max_operations}); raise the "
-                    "limit, then retry()",
-                    operation=key,
-                )
+            self._check_room(key)
             self._check_size(key, "input", input_text)
             kept = input
             if stored is not None:
@@ -279,21 +263,139 @@ class RunContext:
             boundaries.hook("result_committed", key)
         return result
 
+    def _use_key(self, key: str, kind: str, input: JSON) -> tuple[str, str]:
+        """Take ``key`` for this execution; returns the input's canonical text and the hash
+        replay compares. One encoding serves the hash, the size check and storage: the hash
+        is the digest of {"input": ..., "kind": ...} in canonical form, written out around the
+        input's text."""
+        if key in self._keys:
+            raise NeedsAttention(
+                f"operation key {key} was used twice in one execution of run {self.run.id}; "
+                "give each operation its own key",
+                operation=key,
+            )
+        self._keys.add(key)
+        input_text = canonical(input)
+        return input_text, digest_text(f'{{"input":{input_text},"kind":{canonical(kind)}}}')
+
+    def _check_room(self, key: str) -> None:
+        if self.max_operations is not None and self._created >= self.max_operations:
+            raise NeedsAttention(
+                f"limit max_operations_per_run hit at {key}: run {self.run.id} already has "
+                f"{self._created} operations (limit {self.max_operations}); raise the "
+                "limit, then retry()",
+                operation=key,
+            )
+
+    def _check_match(self, op: Operation, kind: str, input_hash: str) -> None:
+        # A fork's copied results stand even if today's code builds a different input:
+        # continuing on today's code is what a fork is for.
+        if op.copied_from is None and (op.kind != kind or op.input_hash != input_hash):
+            if op.kind != kind:
+                found = f"a {op.kind} operation at this key, where today's code runs a {kind}"
+            else:
+                found = f"a different {op.kind} input for this key than today's code builds"
+            raise NeedsAttention(
+                f"definition changed at operation {op.key}: the journal holds {found}; restore "
+                "the code the run was recorded with, or fork the run before this operation",
+                operation=op.key,
+            )
+
+    def _fields(self, key: str, kind: str, input_hash: str, stored: JSON) -> dict[str, Any]:
+        """The intent of a new operation, as :func:`transitions.start_operation` takes it."""
+        fields = {
+            "run_id": self.run.id,
+            "key": key,
+            "position": self._position,
+            "kind": kind,
+            "recovery": "safe",
+            "input_hash": input_hash,
+            "input": stored,
+            "writes": None,
+            "input_text": canonical(stored),
+        }
+        self._position += 1
+        self._created += 1
+        return fields
+
+    # -- operations that wait, and values --------------------------------------------------
+
+    async def open_wait(
+        self,
+        key: str,
+        kind: str,
+        input: JSON,
+        *,
+        stored: JSON | None = None,
+        start: Callable[..., None] | None = None,
+    ) -> Operation | None:
+        """An operation that may wait across executions (a timer, a signal wait, a child run):
+        the journaled one (done, or still waiting), or ``None`` once its intent is committed —
+        written by ``start(tx, operation=<intent fields>)`` when the intent creates more (a
+        child run). ``stored`` is what the journal keeps of the input when it
+        carries more than the hashed ``input`` (a deadline fixed when the wait began)."""
+        input_text, input_hash = self._use_key(key, kind, input)
+        op = self.operations.get(key)
+        if op is not None:
+            self._check_match(op, kind, input_hash)
+            return op
+        if self.draining():
+            raise Handoff(
+                f"this worker is stopping; run {self.run.id} continues at {key} elsewhere"
+            )
+        self._check_room(key)
+        self._check_size(key, "input", input_text)
+        fields = self._fields(key, kind, input_hash, input if stored is None else stored)
+        write = (
+            functools.partial(transitions.start_operation, **fields)
+            if start is None
+            else functools.partial(start, operation=fields)
+        )
+        await self._write(write, "commit")
+        return None
+
+    async def close_wait(self, key: str, kind: str, stored: JSON, result: JSON) -> None:
+        """The result of a waiting operation (``stored``: what the journal keeps of its input)."""
+        self._check_size(key, "result", dumps(result))
+        await self._write(
+            functools.partial(
+                transitions.finish_operation,
+                run_id=self.run.id,
+                key=key,
+                kind=kind,
+                input=stored,
+                result=result,
+                writes=None,
+            ),
+            "commit",
+        )
+
+    def record(self, key: str, kind: str, input: JSON, result: Callable[[], JSON]) -> JSON:
+        """A value the run must see the same on every replay (a time, a random number, a
+        custom event): the journaled one, or ``result()`` written now, with the next commit."""
+        _, input_hash = self._use_key(key, kind, input)
+        op = self.operations.get(key)
+        if op is not None:
+            self._check_match(op, kind, input_hash)
+            return op.result
+        self._check_room(key)
+        value = result()
+        fields = self._fields(key, kind, input_hash, input)
+        self._write(
+            functools.partial(
+                transitions.start_operation, **fields, result=value, result_text=dumps(value)
+            ),
+            "lazy",
+        )
+        return value
+
     def _replay(
         self, op: Operation, kind: str, input_hash: str, describe: str, max_attempts: int
     ) -> JSON | None:
         """A journaled operation's result, or ``None`` when it is to be started again; stops
         the execution when it may not be."""
         key = op.key
-        # A fork's copied results stand even if today's code builds a different input:
-        # continuing on today's code is what a fork is for.
-        if op.copied_from is None and (op.kind != kind or op.input_hash != input_hash):
-            raise NeedsAttention(
-                f"definition changed at operation {key}: the journal holds a different "
-                f"{op.kind} input for this key than today's code builds; restore the code the "
-                "run was recorded with, or fork the run before this operation",
-                operation=key,
-            )
+        self._check_match(op, kind, input_hash)
         if op.status == "completed":
             return op.result if op.result is not None else {}
         if op.recovery == "manual" and not op.rerun:

@@ -7,6 +7,8 @@ They are ``BaseException`` subclasses, as DBOS does it, so the ``except Exceptio
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class Stop(BaseException):
     """End this execution and record why."""
@@ -18,7 +20,26 @@ class Stop(BaseException):
 
 
 class Waiting(Stop):
-    """The run waits for a person (interactions): it goes to ``waiting``."""
+    """The run waits: for a person (``interactions``), a time (``until``), the next signal of
+    a name (``signals``: how many of each it has taken) or child runs reaching one of the
+    statuses given for each (``children``). It goes to ``waiting`` unless what it waits for
+    came meanwhile."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        operation: str | None = None,
+        interactions: bool = True,
+        until: datetime | None = None,
+        signals: dict[str, int] | None = None,
+        children: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        super().__init__(reason, operation=operation)
+        self.interactions = interactions
+        self.until = until
+        self.signals = signals or {}
+        self.children = children or {}
 
 
 class RetryLater(Stop):
@@ -35,11 +56,20 @@ class NeedsAttention(Stop):
 
 
 class Failed(Stop):
-    """The run fails; ``kind`` types the reason (``max_turns``, ``budget``, ``model``...)."""
+    """The run fails; ``kind`` types the reason (``max_turns``, ``budget``, ``model``,
+    ``task``...); ``traceback`` is kept with the run's error when given."""
 
-    def __init__(self, reason: str, *, operation: str | None = None, kind: str = "error") -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        operation: str | None = None,
+        kind: str = "error",
+        traceback: str | None = None,
+    ) -> None:
         super().__init__(reason, operation=operation)
         self.kind = kind
+        self.traceback = traceback
 
 
 class Handoff(Stop):

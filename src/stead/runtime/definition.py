@@ -23,7 +23,7 @@ class Completion:
 
     outcome: JSON
     writes: Writes
-    output: str
+    output: JSON
     messages: Sequence[Message]
     usage: Usage
 

@@ -108,12 +108,26 @@ class Executor:
             return
         except Failed as stop:
             await self._stop(
-                store, run_id, RunStatus.FAILED, stop.reason, stop.operation, stop.kind
+                store,
+                run_id,
+                RunStatus.FAILED,
+                stop.reason,
+                stop.operation,
+                stop.kind,
+                traceback=stop.traceback,
             )
             return
         except Waiting as stop:
             await store.transact(
-                functools.partial(transitions.park, run_id=run_id, reason=stop.reason),
+                functools.partial(
+                    transitions.park,
+                    run_id=run_id,
+                    reason=stop.reason,
+                    interactions=stop.interactions,
+                    until=stop.until,
+                    signals=stop.signals,
+                    children={k: list(v) for k, v in stop.children.items()},
+                ),
                 durability="barrier",
             )
             self._on_parked()

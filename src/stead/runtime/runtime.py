@@ -27,9 +27,12 @@ from ..errors import (
 )
 from ..handle import RunOutcome
 from ..journal import transitions
-from ..journal.commands import Cancel, Command, Fork, Submit
+from ..journal.commands import Cancel, Command, Fork, Submit, SubmitGraph, SubmitTask
 from ..journal.protocol import ClientStore, OwnedStore, SharedStore, Tx
 from ..journal.records import Claim
+from ..tasks.graph import GraphNode
+from ..tasks.schedule import Schedule
+from .cron import Cron
 from .definition import Completion
 from .events import EventHub, Subscription, wait_flag
 from .executor import Executor
@@ -103,9 +106,10 @@ class Runtime(Client):
             max_pending=self.limits.max_pending_runs,
             applied=self._applied,
         )
+        self._cron = Cron(app.schedules, store.clock, self.store.read, self._submit_slot)
         listen = getattr(store.clock, "add_listener", None)
         if callable(listen):  # a test clock wakes the scheduler when time is moved
-            listen(self._wake)
+            listen(self._clock_moved)
 
     @property
     def max_concurrent_runs(self) -> int:
@@ -159,6 +163,7 @@ class Runtime(Client):
             self._scheduler.start_loop()
             if not self.shared:
                 self._inbox.watch()
+            self._cron.start()
         self._wake()
 
     async def drain(self, timeout: float = 30.0) -> None:
@@ -180,6 +185,7 @@ class Runtime(Client):
         if self._closed:
             return
         self._closed = True
+        await self._cron.stop()
         await self._inbox.stop()
         await self._scheduler.stop()
         await self.store.aclose()
@@ -211,6 +217,19 @@ class Runtime(Client):
     def _wake(self) -> None:
         self._scheduler.wake()
 
+    def _clock_moved(self) -> None:
+        self._scheduler.wake()
+        self._cron.wake()
+
+    async def _submit_slot(self, schedule: Schedule, request_id: str) -> None:
+        await self.submit_task(
+            schedule.task,
+            schedule.input,
+            session_id=schedule.session_id,
+            request_id=request_id,
+            enqueue=True,
+        )
+
     def _notice(self, payload: str) -> None:
         """A notification from the shared store: look for work; stop a run cancelled
         elsewhere."""
@@ -229,6 +248,14 @@ class Runtime(Client):
             self._on_fatal_error(error)
 
     # -- submission: Client.submit, started here at once ------------------------------------
+
+    def _check_graph(self, nodes: list[GraphNode]) -> None:
+        self.app.check_graph(nodes)
+
+    def _task_input(self, task: str, value: Any) -> Any:
+        """Validated against the registered task (its latest version) before anything is
+        written: an unknown task is a :class:`NotFoundError` listing the registered ones."""
+        return self.app.task_input(task, value)
 
     def _accepted(self, run_id: str, ready: bool) -> None:
         """A new run at its session's head starts at once, without asking the scheduler (on a
@@ -266,8 +293,11 @@ class Runtime(Client):
 
     def _applied(self, command: Command, answer: JSON) -> None:
         if isinstance(command, Cancel) and answer:
-            self._scheduler.cancel(command.run_id)
-        if isinstance(command, Fork | Submit) and isinstance(answer, dict):
+            for run_id in answer if isinstance(answer, list) else [command.run_id]:
+                self._scheduler.cancel(run_id)
+        if isinstance(command, Fork | Submit | SubmitTask | SubmitGraph) and isinstance(
+            answer, dict
+        ):
             self._accepted(answer["run_id"], bool(answer["ready"]))
         else:
             self._wake()
