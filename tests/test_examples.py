@@ -53,6 +53,26 @@ EXPECTED: dict[str, list[str]] = {
         "weather was looked up 1 time(s); v2's model was asked for turn(s) [2]",
     ],
     "run_agent.py": ["second call: job-1:", "the model was called 1 time(s)"],
+    "triage.py": [
+        "child agent:summarizer: completed",
+        "progress: {'stage': 'summarized'}",
+        "waiting: signal 'manager' at signal:manager",
+        "effect_completed: charge",
+        "timer_fired: sleep",
+        "receipt: credit of 100 EUR to ana, approved by rui",
+        "the provider's books: 1 charge(s)",
+    ],
+    "graph.py": [
+        "refused: the graph has a cycle among nodes 'a', 'b'",
+        "node node:review failed: task 'critic' raised ConnectionError",
+        "completed meanwhile: ['node:history', 'node:sights', 'node:write']",
+        "review: {'verdict': 'approved', 'style': 'short'",
+    ],
+    "schedules.py": [
+        "monday: slot:2026-11-30T09:00:00.000+00:00 -> sales report for EMEA",
+        "after the downtime: slot:2026-12-03T09:00:00.000+00:00 -> sales report for EMEA",
+        "runs in all: 2",
+    ],
     "postgres.py": [
         "pending approval approval:1:call_1_1: refund {'order_id': '19', 'amount': 250.0}",
         "Done: refunded 20.00 on order 17.",
