@@ -685,3 +685,25 @@ async def test_an_agent_run_after_a_task_run_continues_the_sessions_conversation
         await second.result(timeout=10)
     texts = [getattr(m, "content", getattr(m, "text", None)) for m in model.requests[-1].messages]
     assert "hello" in texts and "first answer" in texts
+
+
+async def test_an_input_a_client_could_not_check_stops_the_run_with_a_clear_reason(
+    db: object,
+) -> None:
+    @stead.task(name="triage", version=1)
+    async def triage(ctx: stead.TaskContext, ticket: Ticket) -> str:
+        return ticket.customer
+
+    app = stead.App(tasks=[triage])
+    async with await app.open(open_store(db), resume=False):
+        pass  # the journal exists; no runtime runs while the client submits
+    async with stead.Client(open_store(db)) as client:
+        run = await client.submit_task(
+            "triage", {"id": "x"}, session_id="s", request_id="r", version=1
+        )
+    async with await app.open(open_store(db)) as runtime:
+        record = await wait_status(runtime.get_run(run.id), "needs_attention")
+    assert (
+        f"the input of run {run.id} is not valid for task 'triage' version 1"
+        in (record.error["reason"])
+    )

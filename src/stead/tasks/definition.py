@@ -31,9 +31,10 @@ class TaskDefinition:
             value = task.input_value(stored)
         except Exception as exc:
             raise NeedsAttention(
-                f"the journaled input of run {ctx.run.id} no longer validates as the input of "
-                f"task {task.name!r} version {task.version} ({exc}); register the task as it "
-                "was when the run was submitted, then retry()"
+                f"the input of run {ctx.run.id} is not valid for task {task.name!r} version "
+                f"{task.version} ({exc}). A client with no runtime at hand cannot check it when "
+                "it submits: cancel the run and submit a valid input, or register the task "
+                "version the input was written for and retry()"
             ) from None
         context = TaskContext(ctx, self.definitions)
         try:
