@@ -5,7 +5,8 @@ Every command takes ``--db PATH`` or ``--db postgresql://...`` with ``--schema``
 Reads and changes go through :class:`stead.Client` only, so they work the same whether a
 runtime owns the database (a change goes to its inbox and it applies it) or none is running
 (the change is applied in place and the next runtime continues the run); on PostgreSQL a change
-is applied where it is given and wakes the workers. ``stead worker APP`` runs an App's agents.
+is applied where it is given and wakes the workers. ``stead worker APP`` runs an App's agents
+and tasks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .interactions import answer, approve, deny, interactions
 from .migrate_store import migrate_store
 from .operator import cancel, fork, resolve, retry
 from .runs import runs
+from .tasks import graphs, signal, submit_task, tasks
 from .worker import worker
 
 __all__ = ["main"]
@@ -31,7 +33,13 @@ def main() -> None:
     Inspect runs:
       stead runs list [--status S] [--session S] [--agent A]
       stead runs show RUN_ID            status, why, and the command that moves it on
+                                        (a task's or graph's runs as a tree)
       stead runs events RUN_ID --follow
+    Run tasks and graphs:
+      stead submit-task TASK --session S --request R [--input JSON] [--version V]
+      stead signal RUN_ID NAME [--value JSON] --request-id ID
+      stead tasks [--status S] [--session S] [--task NAME]
+      stead graphs [--status S] | stead graphs show RUN_ID    each node, its run and status
     Answer the approval queue:
       stead interactions list
       stead approve ID | stead deny ID --reason R | stead answer ID VALUE
@@ -58,6 +66,10 @@ main.add_command(resolve)
 main.add_command(retry)
 main.add_command(cancel)
 main.add_command(fork)
+main.add_command(submit_task)
+main.add_command(signal)
+main.add_command(tasks)
+main.add_command(graphs)
 main.add_command(demo)
 main.add_command(migrate_store)
 main.add_command(worker)

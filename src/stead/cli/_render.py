@@ -244,7 +244,7 @@ def run_suggestions(run: Run, operations: Sequence[Operation], db: str) -> list[
     ident = _quote(run.id)
     if run.status == RunStatus.NEEDS_ATTENTION:
         op = next((o for o in operations if o.key == run.attention_key), None)
-        if op is not None and op.kind == "tool" and op.status == "started":
+        if op is not None and op.kind in ("tool", "effect") and op.status == "started":
             found.append(
                 Suggestion(
                     "if it did take effect, supply its result (JSON)",
@@ -282,16 +282,21 @@ def suggestions(
 
 
 def runs_table(
-    runs: Sequence[Run], costs: Mapping[str, float | None], width: int = 200
+    runs: Sequence[Run],
+    costs: Mapping[str, float | None],
+    width: int = 200,
+    *,
+    definition: str = "agent",
 ) -> RenderableType:
-    """One row per run; on a terminal narrower than 130 columns, two lines per run instead."""
+    """One row per run; on a terminal narrower than 130 columns, two lines per run instead.
+    ``definition`` heads the column of what the runs execute (``task`` for task runs)."""
     now = datetime.now(UTC)
     if width < 130:
         return Text("\n").join(_run_lines(run, costs, now) for run in runs)
     table = Table(
         Column("run", no_wrap=True),
         Column("status", no_wrap=True),
-        "agent",
+        definition,
         "session",
         "request",
         Column(f"created ({zone_name()})", no_wrap=True),
@@ -364,10 +369,18 @@ def run_summary(run: Run) -> Text:
         lines.append(line("reason: ", safe_text(error["reason"])))
     if run.status == RunStatus.RETRY_WAIT and run.next_attempt_at is not None:
         lines.append(line("next attempt: ", local_time(run.next_attempt_at)))
-    if run.status in (RunStatus.PENDING, RunStatus.QUEUED):
+    if run.status in (RunStatus.PENDING, RunStatus.QUEUED) and run.kind == "graph":
         lines.append(
             line(
-                "it starts when a runtime that registers agent ",
+                "it starts when a runtime that registers every node's agent or task runs it "
+                "(App.open on this database)"
+            )
+        )
+    elif run.status in (RunStatus.PENDING, RunStatus.QUEUED):
+        lines.append(
+            line(
+                "it starts when a runtime that registers ",
+                "task " if run.kind == "task" else "agent ",
                 run.agent_id,
                 " version ",
                 run.version,
@@ -720,7 +733,31 @@ def describe(event: Event) -> Text:
         response = data.get("response")
         words = _response_words(response) if isinstance(response, dict) else _plain_text(response)
         return line(key, " ", short(words, 60), " (", data.get("interaction_id"), ")")
-    return line(key, attempt) if data.get("key") else short(event.data, 70)
+    return _describe_task_event(event.kind, data, key, attempt)
+
+
+def _describe_task_event(kind: str, data: dict[str, Any], key: Text, attempt: Text | str) -> Text:
+    """The events of tasks, graphs and their children."""
+    if kind == "effect_started":
+        return line(key, " ", data.get("recovery"), attempt)
+    if kind == "effect_completed":
+        if data.get("failed"):
+            return line(key, " → failed: ", short(data.get("error"), 60))
+        by_hand = " (resolved by hand)" if data.get("resolved") else ""
+        return line(key, " → ", short(data.get("output"), 50), by_hand)
+    if kind == "timer_set":
+        return line(key, " until ", data.get("until"))
+    if kind == "signal_received":
+        return line(
+            data.get("name"), " #", data.get("number"), " (request ", data.get("request_id"), ")"
+        )
+    if kind in ("child_started", "child_completed"):
+        what = line(" ", data.get("kind"), " ", data.get("definition")) if data.get("kind") else ""
+        status = line(" → ", data.get("status")) if data.get("status") else ""
+        return line(key, what, " run ", data.get("child_run_id"), status)
+    if kind == "custom":
+        return line(data.get("name"), " ", short(data.get("value"), 60))
+    return line(key, attempt) if data.get("key") else short(data, 70)
 
 
 def events_table(events: Sequence[Event]) -> Table:

@@ -1,5 +1,6 @@
 """``stead runs list|show|events``: read runs through a :class:`stead.Client`, from any process,
-whether or not a runtime owns the database. Reading never changes anything."""
+whether or not a runtime owns the database. Reading never changes anything. A task or graph
+run is shown with the tree of runs it owns (``_render_tasks``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ._render import (
     show_json,
     show_run,
 )
+from ._render_tasks import TaskRunView, read_task_run, show_task_run, task_show_json
 
 __all__ = ["RunView", "read_run", "runs", "safe_text"]
 
@@ -169,8 +171,22 @@ def render_run(view: RunView, db: str) -> RenderableType:
 def show(run_id: str, db: str, as_json: bool) -> None:
     """Show a run: its status and why, the commands that move it on (approve, deny, answer,
     resolve, retry), its interactions, its operations with their results (model text and tool
-    calls, tool outputs), its usage and cost."""
-    view = with_client(db, lambda client: read_run(client, run_id))
+    calls, tool outputs), its usage and cost. For a task or graph run: what it waits for (a
+    signal, a timer, a child run), its operations, and the runs it owns as a tree."""
+
+    async def read(client: Client) -> RunView | TaskRunView:
+        run = await client.run_record(run_id)
+        if run.kind == "agent":
+            return await read_run(client, run_id)
+        return await read_task_run(client, run_id)
+
+    view = with_client(db, read)
+    if isinstance(view, TaskRunView):
+        if as_json:
+            emit_json(task_show_json(view, db))
+        else:
+            print_out(show_task_run(view, db))
+        return
     if as_json:
         emit_json(
             show_json(
