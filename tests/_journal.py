@@ -3,7 +3,10 @@ file (a path) or a PostgreSQL schema (:class:`PgJournal`)."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,3 +88,22 @@ def open_store(db: Journal, **options: Any) -> Any:
         options.setdefault("lease_seconds", PG_LEASE)
         return PostgresStore(db.url, schema=db.schema, **options)
     return stead.SqliteStore(db, **options)
+
+
+def fresh_journals(backend: str, tmp_path: Path, prefix: str) -> Iterator[str | PgJournal]:
+    """The body of a fixture parametrized over ``sqlite`` and ``postgres``: a fresh journal —
+    a SQLite path, or a PostgreSQL schema of its own named ``<prefix>_...``, dropped afterwards
+    (skipped without STEAD_TEST_POSTGRES_URL)."""
+    if backend == "sqlite":
+        yield str(tmp_path / "stead.db")
+        return
+    url = os.environ.get("STEAD_TEST_POSTGRES_URL")
+    if not url:
+        import pytest
+
+        pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
+    journal = PgJournal(url, f"{prefix}_{secrets.token_hex(6)}")
+    try:
+        yield journal
+    finally:
+        journal.drop()

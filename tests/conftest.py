@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +7,7 @@ import pytest
 
 import stead
 
-from ._journal import PgJournal
+from ._journal import PgJournal, fresh_journals
 
 
 @pytest.fixture
@@ -22,17 +20,7 @@ def db(tmp_path: Path) -> str:
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | PgJournal]:
     """A fresh journal on each backend: a SQLite path, or a PostgreSQL schema of its own
     (skipped without STEAD_TEST_POSTGRES_URL). Open it with ``tests._journal.open_store``."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "stead.db")
-        return
-    url = os.environ.get("STEAD_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
-    journal = PgJournal(url, f"t_{secrets.token_hex(6)}")
-    try:
-        yield journal
-    finally:
-        journal.drop()
+    yield from fresh_journals(request.param, tmp_path, "t")
 
 
 def ledger_tool(calls: list[str], *, name: str = "charge", recovery: str = "idempotent"):

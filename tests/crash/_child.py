@@ -195,6 +195,31 @@ async def settle(handle: stead.RunHandle) -> stead.Run:
         await asyncio.sleep(0.01)
 
 
+async def report_of(handle: stead.RunHandle, run: stead.Run) -> dict[str, Any]:
+    """The outcome line a child prints: the run's id, status, attention key, output, error."""
+    report: dict[str, Any] = {
+        "run_id": handle.id,
+        "status": run.status.value,
+        "attention_key": run.attention_key,
+        "output": None,
+        "error": run.error,
+    }
+    if run.status == stead.RunStatus.COMPLETED:
+        report["output"] = (await handle.result()).output
+    return report
+
+
+def store_of(db: str, schema: str | None, *, fsync: str = "barriers") -> Any:
+    """The store a child opens: SQLite at a path, or a PostgreSQL schema at a URL."""
+    if db.startswith("postgresql://"):
+        from stead.store.postgres import PostgresStore
+
+        # The lease of tests._journal.PG_LEASE: the next worker takes a run over 1 s after
+        # this one died.
+        return PostgresStore(db, schema=schema, lease_seconds=1.0)
+    return stead.SqliteStore(db, fsync=fsync)  # type: ignore[arg-type]
+
+
 async def _open(app: stead.App, store: Any) -> stead.Runtime:
     """Open without resuming (on PostgreSQL, a killed worker's runs wait for its lease)."""
     return await app.open(store, resume=False)
@@ -212,32 +237,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.crash:
         boundary, _, key = args.crash.partition("@")
         crash_at(boundary, key or "*")
-    store: Any
-    if args.db.startswith("postgresql://"):
-        from stead.store.postgres import PostgresStore
-
-        # The lease of tests._journal.PG_LEASE: the next worker takes the run over 1 s after
-        # this one died.
-        store = PostgresStore(args.db, schema=args.schema, lease_seconds=1.0)
-    else:
-        store = stead.SqliteStore(args.db, fsync=args.fsync)
+    store = store_of(args.db, args.schema, fsync=args.fsync)
     async with await _open(app, store) as runtime:
         print("ready", flush=True)
         handle = await runtime.submit(
             AGENT_ID, session_id=args.session, request_id=args.request, prompt=PROMPT
         )
         await runtime.resume()
-        run = await settle(handle)
-        report: dict[str, Any] = {
-            "run_id": handle.id,
-            "status": run.status.value,
-            "attention_key": run.attention_key,
-            "output": None,
-            "error": run.error,
-        }
-        if run.status == stead.RunStatus.COMPLETED:
-            report["output"] = (await handle.result()).output
-        return report
+        return await report_of(handle, await settle(handle))
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._journal import PgJournal, journal_events, open_store
+from .._journal import PgJournal, fresh_journals, journal_events, open_store
 
 CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT = 60.0
@@ -270,3 +270,10 @@ def check_ledger_against_journal(db: Path | PgJournal, effects: list[dict[str, A
     for op in ops.values():
         if op.kind == "tool" and op.status == "completed" and not op.result.get("resolved"):
             assert counts[op.operation_id] >= 1, f"{op.operation_id} completed without its effect"
+
+
+def worlds(backend: str, tmp_path: Path, prefix: str) -> Iterator[World]:
+    """The body of a ``world`` fixture parametrized over ``sqlite`` and ``postgres`` (see
+    ``tests._journal.fresh_journals``)."""
+    for journal in fresh_journals(backend, tmp_path, prefix):
+        yield World.create(tmp_path, journal if isinstance(journal, PgJournal) else None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ._helpers import (
     run_finished,
     run_killed,
     run_row,
+    worlds,
 )
 
 TOOL_KEY = "tool:1:call_1_1"
@@ -44,16 +44,7 @@ POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 @pytest.fixture(params=["sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     """The journal of each test on both backends (PostgreSQL: a schema of its own)."""
-    if request.param == "sqlite":
-        yield World.create(tmp_path)
-        return
-    if not POSTGRES_URL:
-        pytest.skip("STEAD_TEST_POSTGRES_URL is not set")
-    journal = PgJournal(POSTGRES_URL, f"crash_{secrets.token_hex(6)}")
-    try:
-        yield World.create(tmp_path, journal)
-    finally:
-        journal.drop()
+    yield from worlds(request.param, tmp_path, "crash")
 
 
 def open_app(world: World, *, policy: str) -> stead.App:

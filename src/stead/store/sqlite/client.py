@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..._ids import boot_id
 from ...errors import SchemaVersionError, StorageError, ValidationError
 from ...journal import transitions
 from ...journal.commands import (
@@ -222,7 +223,14 @@ class ClientSide:
 
     @staticmethod
     def _next_sequence(conn: sqlite3.Connection) -> int:
-        """Above every event sequence that was written or may have been seen."""
-        written = conn.execute(MAX_SEQUENCE_SQL).fetchone()
-        reserved = conn.execute("SELECT sequence_reserved_through FROM stead_meta").fetchone()
-        return max(int(written[0]), int(reserved[0] or 0)) + 1
+        """Above every event sequence that was written or may have been seen, as an owner
+        opening the file would count: the next after the highest written, unless the machine
+        rebooted since an owner crashed (events it handed out after its last flush may be
+        lost), then above its whole reservation."""
+        written = int(conn.execute(MAX_SEQUENCE_SQL).fetchone()[0])
+        token, previous_boot, reserved = conn.execute(
+            "SELECT owner_token, owner_boot_id, sequence_reserved_through FROM stead_meta"
+        ).fetchone()
+        if token is not None and previous_boot != boot_id():
+            return max(written, int(reserved or 0)) + 1
+        return written + 1
