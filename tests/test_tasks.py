@@ -707,3 +707,58 @@ async def test_an_input_a_client_could_not_check_stops_the_run_with_a_clear_reas
         f"the input of run {run.id} is not valid for task 'triage' version 1"
         in (record.error["reason"])
     )
+
+
+async def test_a_parent_waiting_for_its_child_holds_no_slot(db: object) -> None:
+    @stead.task(name="leaf")
+    async def leaf(ctx: stead.TaskContext, n: int) -> int:
+        return n + 1
+
+    @stead.task(name="root")
+    async def root(ctx: stead.TaskContext) -> int:
+        first = await ctx.run_task("leaf", 1)
+        second = await ctx.run_task("leaf", first.output)
+        return int(second.output)
+
+    app = stead.App(tasks=[leaf, root])
+    async with await app.open(open_store(db), max_concurrent_runs=1) as runtime:
+        run = await runtime.submit_task("root", session_id="s", request_id="r")
+        assert (await run.result(timeout=10)).output == 3
+
+
+async def test_timers_signals_and_children_hold_across_workers(db: object) -> None:
+    from ._journal import PgJournal
+
+    if not isinstance(db, PgJournal):
+        pytest.skip("one SQLite file has one owner; workers share PostgreSQL")
+    clock = FakeClock()
+
+    @stead.task(name="leaf")
+    async def leaf(ctx: stead.TaskContext, n: int) -> int:
+        return n * 10
+
+    @stead.task(name="flow")
+    async def flow(ctx: stead.TaskContext) -> list[Any]:
+        children = await ctx.gather(*(ctx.run_task("leaf", n, key=f"leaf{n}") for n in range(4)))
+        await ctx.sleep(60)
+        got = await ctx.wait_for_signal("go")
+        return [c.output for c in children] + [got]
+
+    app = stead.App(tasks=[leaf, flow])
+    async with (
+        await app.open(open_store(db, clock=clock), max_concurrent_runs=2) as one,
+        await app.open(open_store(db, clock=clock), max_concurrent_runs=2) as two,
+    ):
+        run = await one.submit_task("flow", session_id="s", request_id="r")
+        record = await wait_status(run, "waiting")
+        async with asyncio.timeout(10):
+            while record.next_attempt_at is None:  # the children ran; now the timer
+                await asyncio.sleep(0.02)
+                record = await run.run()
+        clock.advance(seconds=60)
+        await wait_status(run, "waiting")
+        async with asyncio.timeout(10):
+            while (await run.run()).next_attempt_at is not None:
+                await asyncio.sleep(0.02)
+        await two.get_run(run.id).signal("go", "now", request_id="g")
+        assert (await run.result(timeout=10)).output == [0, 10, 20, 30, "now"]
