@@ -331,3 +331,33 @@ async def test_a_run_that_ends_or_may_go_on_wakes_the_workers_and_one_that_waits
         assert await asyncio.to_thread(heard) == [""]
     finally:
         listener.close()
+
+
+@needs_postgres
+async def test_a_result_for_an_operation_not_in_progress_is_refused_by_the_server(
+    schema: str, opened: list[Any]
+) -> None:
+    """In a pipelined batch the server checks that an operation was in progress when its
+    result is written; if not, nothing of the batch lands and the store fails closed, naming
+    the operation."""
+    store = await _open(_store(schema=schema))
+    opened.append(store)
+    await store.transact(lambda tx: _pending_run(tx, "run-1"))
+    (claim,), _ = await store.claim_runs(4, [])
+    fenced = store.fenced(claim)
+
+    def note(tx: Any) -> None:
+        tx.append_event("run-1", StatusChanged(status="running"))
+
+    def finish(tx: Any) -> None:
+        tx.complete_operation("run-1", "tool:1:nope", {"output": 1})
+
+    first = fenced.transact(note, durability="lazy", isolated=False)
+    second = fenced.transact(finish, durability="lazy", isolated=False)
+    with pytest.raises(stead.StorageError, match="operation tool:1:nope of run run-1 was not in"):
+        await second
+    with pytest.raises(stead.StorageError):
+        await first
+    reader = await _open(_store(schema=schema))
+    opened.append(reader)
+    assert await reader.read(lambda tx: tx.events_after("run-1", 0, 100)) == []

@@ -254,7 +254,7 @@ class PostgresStore:
         listener = _Listener(self, loop)
         try:
             self._writer = PostgresWriter(
-                self.connect,
+                self._writer_connection,
                 lambda connection, read_only: PostgresTx(
                     connection,
                     self.clock,
@@ -504,6 +504,13 @@ class PostgresStore:
         self.client_open()
         assert self._client is not None
         return await self._client.command(command, timeout=timeout)
+
+    def _writer_connection(self) -> Any:
+        """The executions' connection: it runs the same few statements all day, so each is
+        prepared on its first use (the server plans it once, not once a call)."""
+        conn = self.connect()
+        conn.prepare_threshold = 0
+        return conn
 
     def _open_writer(self) -> PostgresWriter:
         if self._writer is None:

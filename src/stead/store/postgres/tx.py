@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import Clock
+from ..._json import dumps
 from ...errors import LeaseLostError
 from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
@@ -81,6 +82,37 @@ class PostgresTx(SqlTx):
             self.pipeline.sync()
         return int(cursor.rowcount)
 
+    def complete_operation(
+        self,
+        run_id: str,
+        key: str,
+        result: Any,
+        result_text: str | None = None,
+        completed_seq: int | None = None,
+    ) -> bool:
+        """In a pipelined batch the server checks that the operation was in progress: if not,
+        the statement fails (naming it) and the whole transaction with it, so the batch does
+        not wait for the row count half way."""
+        if self.pipeline is None:
+            return super().complete_operation(run_id, key, result, result_text, completed_seq)
+        self.execute(
+            "WITH done AS (UPDATE stead_operations SET status = 'completed', result = ?, "
+            "updated_at = ?, completed_seq = ? WHERE run_id = ? AND key = ? "
+            "AND status = 'started' RETURNING 1) "
+            "SELECT CASE WHEN COUNT(*) = 1 THEN 0 ELSE ('stead: operation ' || ? || ' of run ' "
+            "|| ? || ' was not in progress (' || COUNT(*) || ' rows)')::int END FROM done",
+            (
+                result_text if result_text is not None else dumps(result),
+                self.stamp(),
+                completed_seq,
+                run_id,
+                key,
+                key,
+                run_id,
+            ),
+        )
+        return True
+
     # -- claims and fences -------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> Run | None:
@@ -138,7 +170,7 @@ class PostgresTx(SqlTx):
             parts.append("SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE")
         cursor = self.conn.cursor()
         sent = time.monotonic()
-        cursor.execute("; ".join(parts))
+        cursor.execute("; ".join(parts), prepare=False)  # several statements: never prepared
         cursor.nextset()  # past BEGIN and SET
         for claim in fences:
             cursor.nextset()

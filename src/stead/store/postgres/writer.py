@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +28,9 @@ from ..jobs import Job, call_job, run_jobs
 from .tx import PostgresTx
 
 T = TypeVar("T")
+
+#: How the server refuses a pipelined batch whose operation was not in progress (tx.py).
+_REFUSED = re.compile(r'"stead: (operation .* was not in progress) \(\d+ rows\)"')
 
 
 class PostgresWriter:
@@ -152,11 +156,19 @@ class PostgresWriter:
         except StorageError as exc:
             failure = exc
         except BaseException as exc:
-            failure = StorageError(
-                f"storage failed ({type(exc).__name__}: {exc}); nothing from the failed "
-                "transaction was kept. Close and reopen the runtime: it resumes from the "
-                "committed journal."
-            )
+            refused = _REFUSED.search(str(exc))
+            if refused is not None:  # a check the server made for the batch (tx.py)
+                failure = StorageError(
+                    f"{refused.group(1)} when its result was written; the journal was changed "
+                    "under this runtime, so nothing of the batch was kept. Close and reopen the "
+                    "runtime: it resumes from the committed journal."
+                )
+            else:
+                failure = StorageError(
+                    f"storage failed ({type(exc).__name__}: {exc}); nothing from the failed "
+                    "transaction was kept. Close and reopen the runtime: it resumes from the "
+                    "committed journal."
+                )
             failure.__cause__ = exc
         with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing any more
             self._loop.call_soon_threadsafe(self._done, batch, events, failure)
@@ -183,7 +195,7 @@ class PostgresWriter:
             if any(job.checked for job in batch):
                 run_jobs(tx, batch, self._storage_errors)
                 tx.write_events()
-                conn.execute(f"{tx.sequence_update()}COMMIT")
+                conn.execute(f"{tx.sequence_update()}COMMIT", prepare=False)
             else:
                 # The journal's own writes, whose failure fails the whole batch anyway: their
                 # statements are pipelined, so the batch waits for the server once, not once
