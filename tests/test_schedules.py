@@ -167,3 +167,19 @@ async def test_workers_racing_on_a_slot_submit_it_once(db: object) -> None:
         assert await slots(one, 1) == ["slot:2026-11-30T09:00:00.000+00:00"]
         await asyncio.sleep(0.3)
         assert len((await two.list_runs()).runs) == 1
+
+
+async def test_a_schedule_that_never_ran_a_slot_catches_up_from_its_first_start(
+    db: object,
+) -> None:
+    clock = FakeClock(START)  # Monday 08:00
+    app = app_with("all")
+    async with await app.open(open_store(db, clock=clock)) as runtime:
+        await asyncio.sleep(0.1)  # the schedule starts counting here
+    clock.advance(minutes=30)
+    async with await app.open(open_store(db, clock=clock)) as runtime:
+        await asyncio.sleep(0.1)  # a restart before its first slot
+    clock.advance(days=1, hours=2)  # down across Monday's and Tuesday's 09:00
+    async with await app.open(open_store(db, clock=clock)) as runtime:
+        found = await slots(runtime, 2)
+    assert [s.removeprefix("slot:")[:13] for s in found] == ["2026-11-30T09", "2026-12-01T09"]

@@ -1,7 +1,8 @@
 """The runtime's schedules: submit each schedule's due slots, then sleep until the next one.
 
-Where the last slot of a schedule stands is read from the journal (its session's newest run),
-so a restart catches up from there by the schedule's policy; a slot's run is a submission with
+Where the last slot of a schedule stands is read from the journal (its session's newest run, or
+before it has one, when the schedule first ran in this database), so a restart catches up from
+there by the schedule's policy; a slot's run is a submission with
 the slot as its request id, so runtimes and workers that race on a slot submit it once.
 """
 
@@ -25,15 +26,22 @@ logger = logging.getLogger("stead")
 #: Submit a schedule's slot: (schedule, request id) -> None.
 Submit = Callable[[Schedule, str], Awaitable[None]]
 Read = Callable[[Callable[[Tx], object]], Awaitable[object]]
+Write = Callable[[Callable[[Tx], object]], Awaitable[object]]
 
 
 class Cron:
     def __init__(
-        self, schedules: Sequence[Schedule], clock: Clock, read: Read, submit: Submit
+        self,
+        schedules: Sequence[Schedule],
+        clock: Clock,
+        read: Read,
+        write: Write,
+        submit: Submit,
     ) -> None:
         self._schedules = list(schedules)
         self._clock = clock
         self._read = read
+        self._write = write
         self._submit = submit
         self._last: dict[str, datetime] = {}
         self._wake = asyncio.Event()
@@ -42,9 +50,7 @@ class Cron:
 
     def start(self) -> None:
         if self._schedules and self._task is None:
-            # A schedule with no run yet counts from here: slots before the runtime started
-            # for the first time are not caught up.
-            self._started = self._clock.now()
+            self._started = self._clock.now()  # a schedule that never ran counts from here
             self._task = asyncio.create_task(self._loop(), name="stead-schedules")
 
     def wake(self) -> None:
@@ -74,10 +80,17 @@ class Cron:
     async def _fire(self, schedule: Schedule, now: datetime) -> None:
         last = self._last.get(schedule.name)
         if last is None:
-            last = await self._latest(schedule) or self._started or now
+            last = await self._latest(schedule) or await self._since(schedule)
         for slot in schedule.due(last, now):
             await self._submit(schedule, request_of(slot))
         self._last[schedule.name] = max(last, now)
+
+    async def _since(self, schedule: Schedule) -> datetime:
+        """When the schedule first ran in this database (slots before are not caught up)."""
+        now = self._started or self._clock.now()
+        found = await self._write(lambda tx: tx.schedule_since(schedule.name, now))
+        assert isinstance(found, datetime)
+        return found
 
     async def _latest(self, schedule: Schedule) -> datetime | None:
         """The slot of the schedule's newest run in the journal."""

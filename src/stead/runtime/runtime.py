@@ -106,7 +106,13 @@ class Runtime(Client):
             max_pending=self.limits.max_pending_runs,
             applied=self._applied,
         )
-        self._cron = Cron(app.schedules, store.clock, self.store.read, self._submit_slot)
+        self._cron = Cron(
+            app.schedules,
+            store.clock,
+            self.store.read,
+            lambda fn: self.store.transact(fn, durability="commit"),
+            self._submit_slot,
+        )
         listen = getattr(store.clock, "add_listener", None)
         if callable(listen):  # a test clock wakes the scheduler when time is moved
             listen(self._clock_moved)

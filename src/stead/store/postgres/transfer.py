@@ -37,10 +37,17 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("stead_history", "hash"),
     ("stead_inbox", "id"),
     ("stead_signals", "run_id, request_id"),
+    ("stead_schedules", "name"),
 )
 #: Tables whose integer key PostgreSQL generates: copied with OVERRIDING SYSTEM VALUE.
 _IDENTITY = {"stead_runs": "number", "stead_inbox": "id"}
-_TEXT_KEYED = {"stead_operations", "stead_blobs", "stead_history", "stead_signals"}
+_TEXT_KEYED = {
+    "stead_operations",
+    "stead_blobs",
+    "stead_history",
+    "stead_signals",
+    "stead_schedules",
+}
 _BATCH = 1000
 
 

@@ -13,12 +13,20 @@ from .inbox import InboxRows
 from .interactions import InteractionRows
 from .operations import OperationRows
 from .runs import RunRows
-from .signals import SignalRows
+from .signals import ScheduleRows, SignalRows
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect", "SqlTx"]
 
 
 class SqlTx(
-    RunRows, OperationRows, InteractionRows, EventRows, BlobRows, InboxRows, SignalRows, SqlBase
+    RunRows,
+    OperationRows,
+    InteractionRows,
+    EventRows,
+    BlobRows,
+    InboxRows,
+    SignalRows,
+    ScheduleRows,
+    SqlBase,
 ):
     """Every row operation of the :class:`~stead.journal.protocol.Tx` protocol."""

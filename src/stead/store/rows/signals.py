@@ -1,9 +1,11 @@
-"""Signals: journaled on arrival, read by name in the order they arrived."""
+"""Signals, journaled on arrival and read by name in the order they arrived; and when each
+schedule first ran."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from ..._clock import iso
 from ..._json import JSON, dumps, loads
 from ...journal.records import Signal
 from ._base import SqlBase
@@ -60,3 +62,15 @@ class SignalRows(SqlBase):
             (run_id,),
         ).fetchall()
         return [_signal_of(row) for row in rows]
+
+
+class ScheduleRows(SqlBase):
+    def schedule_since(self, name: str, now: datetime) -> datetime:
+        """When schedule ``name`` first ran here (``now`` if it never did)."""
+        self.execute(
+            f"{self.dialect.insert_ignore} stead_schedules (name, since) VALUES (?, ?) "
+            f"{self.dialect.on_conflict_ignore}",
+            (name, iso(now)),
+        )
+        row = self.execute("SELECT since FROM stead_schedules WHERE name = ?", (name,)).fetchone()
+        return datetime.fromisoformat(row[0])
