@@ -4,9 +4,10 @@ A slot is a moment the expression names in the schedule's time zone (``0 9 * * M
 ``Europe/Lisbon``: 09:00 local time on weekdays, across daylight-saving changes). Its run is
 submitted into the session ``schedule:<name>`` with the request id ``slot:<UTC time>``, so a
 slot is submitted once however many times, runtimes or workers try: the same submission again
-returns the same run. Slots missed while no runtime ran follow ``catch_up``: ``latest`` submits
-the most recent one, ``all`` every one in order, ``skip`` none (only slots less than a minute
-late still run).
+returns the same run. Slots missed while no runtime ran — since the schedule's newest run, or
+since the schedule first ran in the database — follow ``catch_up``: ``latest`` submits the most
+recent one, ``all`` every one in order, ``skip`` none (only slots less than a minute late still
+run).
 """
 
 from __future__ import annotations
