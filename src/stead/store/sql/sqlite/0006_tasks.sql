@@ -5,7 +5,8 @@
 -- A `waiting` run with `next_attempt_at` set is a timer (a sleep, a signal wait's timeout): it
 -- becomes runnable when that time comes, through the scheduler's one wake-up time.
 -- `stead_signals` journals each signal on arrival, deduplicated by (run, request id); the waits
--- of a run consume the signals of a name in the order they arrived (`number`, per name).
+-- of a run consume the signals of a name in the order they arrived (`number`, per name; the
+-- writer numbers them one at a time, and a run's signals are read by its key's prefix).
 ALTER TABLE stead_runs ADD COLUMN parent_id TEXT;
 CREATE INDEX stead_runs_parent ON stead_runs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX stead_runs_timers ON stead_runs (next_attempt_at)
@@ -18,6 +19,5 @@ CREATE TABLE stead_signals (
     number     INTEGER NOT NULL,
     value      TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    PRIMARY KEY (run_id, request_id),
-    UNIQUE (run_id, name, number)
-);
+    PRIMARY KEY (run_id, request_id)
+) WITHOUT ROWID;

@@ -4,4 +4,4 @@
 CREATE TABLE stead_schedules (
     name  TEXT PRIMARY KEY,
     since TEXT NOT NULL
-);
+) WITHOUT ROWID;
