@@ -361,3 +361,52 @@ async def test_a_result_for_an_operation_not_in_progress_is_refused_by_the_serve
     reader = await _open(_store(schema=schema))
     opened.append(reader)
     assert await reader.read(lambda tx: tx.events_after("run-1", 0, 100)) == []
+
+
+@needs_postgres
+async def test_a_parent_parking_while_its_child_ends_elsewhere_is_not_left_waiting(
+    schema: str, opened: list[Any]
+) -> None:
+    """A parent's park and its child's end run on different workers: whichever commits
+    second sees the other, so the parent never waits for a child that already ended."""
+    store = await _open(_store(schema=schema))
+    opened.append(store)
+
+    def runs(tx: Any) -> None:
+        _pending_run(tx, "parent", session="p")
+        _pending_run(tx, "child", session="c")
+
+    await store.transact(runs)
+    claims, _ = await store.claim_runs(4, [])
+    parent = next(c for c in claims if c.run_id == "parent")
+    for claim in claims:
+        await store.fenced(claim).transact(
+            lambda tx, run_id=claim.run_id: transitions.begin(
+                tx, run_id=run_id, registered=lambda run: True
+            )
+        )
+    # The child's worker is ending it: its transaction holds the child's row, not committed.
+    other = _store(schema=schema).connect()
+    try:
+        other.execute("BEGIN")
+        other.execute("UPDATE stead_runs SET status = 'completed' WHERE id = 'child'")
+        park = asyncio.ensure_future(
+            store.fenced(parent).transact(
+                lambda tx: transitions.park(
+                    tx,
+                    run_id="parent",
+                    reason="child",
+                    interactions=False,
+                    children={"child": ["completed", "failed", "cancelled"]},
+                ),
+                durability="barrier",
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not park.done()  # the park waits for the child's transaction to end
+        other.execute("COMMIT")
+        await park
+    finally:
+        other.close()
+    parent_run = await store.read(lambda tx: tx.get_run("parent"))
+    assert parent_run.status is stead.RunStatus.PENDING  # it saw the end: it goes on

@@ -734,8 +734,10 @@ def park(
 
 
 def _settled(tx: Tx, run_id: str, statuses: list[str]) -> bool:
-    run = tx.get_run(run_id)
-    return run is None or run.status.value in statuses
+    # Read so that the child's own transaction, if one is in flight, ends first: either the
+    # child's end is seen here, or the child's transaction sees this run waiting and wakes it.
+    status = tx.run_status(run_id)
+    return status is None or status in statuses
 
 
 def start_operation(

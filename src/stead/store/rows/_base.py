@@ -43,6 +43,9 @@ class Dialect:
     #: are claimed by workers drops the claim and moves the epoch on (so nothing its former
     #: worker still sends lands).
     release_claim: str = ""
+    #: What a read adds to hold a row until the transaction ends against concurrent writers
+    #: (where several processes write at once).
+    share_lock: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -69,6 +72,7 @@ POSTGRES = Dialect(
     on_conflict_ignore="ON CONFLICT DO NOTHING",
     insertion_order="number",
     release_claim=", claim_epoch = claim_epoch + 1, claimed_by = NULL, lease_until = NULL",
+    share_lock=" FOR SHARE",
 )
 
 

@@ -154,6 +154,15 @@ class RunRows(SqlBase):
         ).fetchone()
         return time_of(row[0])
 
+    def run_status(self, run_id: str) -> str | None:
+        """A run's status, read so that a write to the run in progress elsewhere finishes
+        first (a parent parking while its child ends on another worker sees the end, or the
+        child sees the parent waiting)."""
+        row = self.execute(
+            f"SELECT status FROM stead_runs WHERE id = ?{self.dialect.share_lock}", (run_id,)
+        ).fetchone()
+        return str(row[0]) if row else None
+
     def child_runs(self, parent_id: str) -> list[Run]:
         """The runs ``parent_id`` owns, in the order they were created."""
         rows = self.execute(
