@@ -105,7 +105,10 @@ def list_runs(
         where = f" with {', '.join(filters)}" if filters else ""
         print_out(safe_text(f"no runs{where} in {db}" + (" after that cursor" if after else "")))
         return
-    print_out(runs_table(found, costs, console.width))
+    mixed = any(run.kind != "agent" for run in found)  # agents beside tasks or graphs
+    print_out(
+        runs_table(found, costs, console.width, definition="definition" if mixed else "agent")
+    )
     if cursor is not None:
         words = ["stead", "runs", "list"]
         for status in statuses:
