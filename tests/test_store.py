@@ -217,3 +217,55 @@ async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> N
     # tool result once (in the tool's operation); the operations' events are built from their
     # rows. The rest is row, page and index overhead, about 2.6x at this message size.
     assert large < 2.8 * content, (large, content)
+
+
+async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_path: object) -> None:
+    """However many runs ended (or wait without a timer), the scheduler's query reads only the
+    candidates, through their indexes: counted in SQLite VM steps, not timed."""
+    from pathlib import Path
+
+    from stead._clock import SystemClock
+    from stead.store.sqlite.tx import SqliteTx
+
+    db = str(Path(str(tmp_path)) / "history.db")
+    async with await stead.App().open(stead.SqliteStore(db), resume=False):
+        pass
+
+    def steps(conn: sqlite3.Connection) -> int:
+        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
+        counted = [0]
+
+        def tick() -> int:
+            counted[0] += 1
+            return 0
+
+        conn.set_progress_handler(tick, 1)
+        try:
+            tx.runnable(8, [])
+            tx.next_wakeup()
+        finally:
+            conn.set_progress_handler(None, 1)
+        return counted[0]
+
+    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+            "input, submission_digest, created_at, updated_at, next_attempt_at) "
+            "SELECT 'r' || x, 's' || x, 'r', 'task', 't', '1', "
+            "CASE WHEN x % 2 = 0 THEN 'waiting' ELSE 'completed' END, '{}', 'd', "
+            "'2026-01-01T00:00:00.000+00:00', '2026-01-01T00:00:00.000+00:00', "
+            "CASE WHEN x % 4 = 0 THEN '2999-01-01T00:00:00.000+00:00' END FROM g",
+            (first, first + count - 1),
+        )
+        conn.commit()
+
+    conn = sqlite3.connect(db)
+    try:
+        add(conn, 1, 1_000)
+        small = steps(conn)
+        add(conn, 1_001, 20_000)
+        large = steps(conn)
+    finally:
+        conn.close()
+    assert large < small + 200, (small, large)  # not proportional to the 21,000 runs

@@ -42,7 +42,7 @@ from ...journal.commands import Command
 from ...journal.protocol import Durability
 from ...journal.records import RUNNABLE_STATUSES, Claim, Event
 from ..migrate import migrations
-from ..rows._base import TERMINAL_SQL, TIMED_SQL
+from ..rows._base import TERMINAL_SQL
 from .client import PostgresClient
 from .tx import PostgresTx
 from .writer import PostgresWriter
@@ -304,8 +304,10 @@ class PostgresStore:
         ready = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = tx.execute(
             "WITH ready AS (SELECT r.id FROM stead_runs AS r "
-            f"WHERE (r.status IN ({ready}) "
-            f"OR (r.status IN {TIMED_SQL} AND r.next_attempt_at <= ?)) "
+            f"WHERE (r.status IN ({ready}) OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?) "
+            # in the words of the timers' partial index, so a claim reads due timers only
+            "OR (r.status = 'waiting' AND r.next_attempt_at IS NOT NULL "
+            "AND r.next_attempt_at <= ?)) "
             "AND (r.lease_until IS NULL OR r.lease_until < clock_timestamp()) "
             "AND r.id <> ALL(?) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
@@ -314,14 +316,16 @@ class PostgresStore:
             "UPDATE stead_runs AS s SET claim_epoch = s.claim_epoch + 1, claimed_by = ?, "
             "lease_until = clock_timestamp() + make_interval(secs => ?) "
             "FROM ready WHERE s.id = ready.id RETURNING s.id, s.claim_epoch, s.number",
-            (tx.stamp(), exclude, limit, self.worker, self.lease_seconds),
+            (tx.stamp(), tx.stamp(), exclude, limit, self.worker, self.lease_seconds),
         ).fetchall()
         rows.sort(key=lambda row: row[2])
         claims = [Claim(run_id, int(epoch)) for run_id, epoch, _ in rows]
         # When to look again: a back-off ending, or another worker's lease running out.
         due, expires = tx.execute(
-            "SELECT (SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait' "
-            "OR (status = 'waiting' AND next_attempt_at IS NOT NULL)), "
+            "SELECT LEAST("
+            "(SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'), "
+            "(SELECT MIN(next_attempt_at) FROM stead_runs "
+            "WHERE status = 'waiting' AND next_attempt_at IS NOT NULL)), "
             "(SELECT EXTRACT(EPOCH FROM MIN(lease_until) - clock_timestamp()) FROM stead_runs "
             f"WHERE status IN ({statuses}) AND lease_until IS NOT NULL AND claimed_by <> ?)",
             (self.worker,),

@@ -46,6 +46,9 @@ class Dialect:
     #: What a read adds to hold a row until the transaction ends against concurrent writers
     #: (where several processes write at once).
     share_lock: str = ""
+    #: How a query names the partial index of waiting runs' timers where the planner, with no
+    #: statistics, would read every waiting run through the status index instead.
+    timers_index: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -64,6 +67,7 @@ SQLITE = Dialect(
     insert_ignore="INSERT OR IGNORE INTO",
     on_conflict_ignore="",
     insertion_order="rowid",
+    timers_index=" INDEXED BY stead_runs_timers",
 )
 POSTGRES = Dialect(
     name="postgres",

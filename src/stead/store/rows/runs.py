@@ -13,7 +13,6 @@ from ._base import (
     JSON_RUN_FIELDS,
     RUN_COLUMNS,
     TERMINAL_SQL,
-    TIMED_SQL,
     UPDATABLE_RUN_FIELDS,
     SqlBase,
     run_of,
@@ -136,12 +135,18 @@ class RunRows(SqlBase):
         excluded = set(exclude)
         statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE (r.status IN ({statuses}) "
-            f"OR (r.status IN {TIMED_SQL} AND r.next_attempt_at <= ?)) "
+            # Each kind of candidate is found through its index (the last in the words of the
+            # timers' partial index): however many runs ended, only candidates are read.
+            f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE r.number IN ("
+            f"SELECT number FROM stead_runs WHERE status IN ({statuses}) "
+            "UNION ALL SELECT number FROM stead_runs "
+            "WHERE status = 'retry_wait' AND next_attempt_at <= ? "
+            f"UNION ALL SELECT number FROM stead_runs{self.dialect.timers_index} "
+            "WHERE status = 'waiting' AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?) "
             "AND NOT EXISTS (SELECT 1 FROM stead_runs AS p WHERE p.session_id = r.session_id "
             f"AND p.number < r.number AND p.status NOT IN {TERMINAL_SQL}) "
             "ORDER BY r.number LIMIT ?",
-            (self.stamp(), limit + len(excluded)),
+            (self.stamp(), self.stamp(), limit + len(excluded)),
         ).fetchall()
         return [run for run in map(run_of, rows) if run.id not in excluded][:limit]
 
@@ -149,7 +154,8 @@ class RunRows(SqlBase):
         """The earliest time a run in retry_wait, or waiting on a timer, becomes runnable."""
         row = self.execute(
             "SELECT MIN(t) FROM (SELECT MIN(next_attempt_at) AS t FROM stead_runs "
-            "WHERE status = 'retry_wait' UNION ALL SELECT MIN(next_attempt_at) FROM stead_runs "
+            "WHERE status = 'retry_wait' UNION ALL SELECT MIN(next_attempt_at) FROM "
+            f"stead_runs{self.dialect.timers_index} "
             "WHERE status = 'waiting' AND next_attempt_at IS NOT NULL) AS due"
         ).fetchone()
         return time_of(row[0])
