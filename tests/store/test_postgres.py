@@ -4,7 +4,9 @@ a lock, and event sequences shared by several processes' stores."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -364,49 +366,142 @@ async def test_a_result_for_an_operation_not_in_progress_is_refused_by_the_serve
 
 
 @needs_postgres
-async def test_a_parent_parking_while_its_child_ends_elsewhere_is_not_left_waiting(
+async def test_a_parent_parking_while_its_child_ends_elsewhere_neither_waits_nor_deadlocks(
     schema: str, opened: list[Any]
 ) -> None:
-    """A parent's park and its child's end run on different workers: whichever commits
-    second sees the other, so the parent never waits for a child that already ended."""
-    store = await _open(_store(schema=schema))
+    """A parent's park and its child's end run on different workers. Whichever commits second
+    sees the other (the parent never waits for a child that ended), and neither waits for a
+    lock the other holds: the park's batch holds the sequence counter while the child's batch
+    holds the child's row and waits for the counter."""
+    first = await _open(_store(schema=schema, lease_seconds=30.0))
+    second = await _open(_store(schema=schema, lease_seconds=30.0))
+    opened.extend([first, second])
+    await first.transact(lambda tx: _pending_run(tx, "parent", session="p"))
+    await first.transact(lambda tx: _pending_run(tx, "child", session="c"))
+    (parent,), _ = await first.claim_runs(1, [])
+    (child,), _ = await second.claim_runs(1, [])
+    for store, claim in ((first, parent), (second, child)):
+        await store.fenced(claim).transact(
+            lambda tx, run_id=claim.run_id: transitions.begin(
+                tx, run_id=run_id, registered=lambda run: True
+            )
+        )
+    gate = threading.Event()
+
+    def park(tx: Any) -> None:
+        gate.wait(5)  # the batch is open: the parent's row and the sequence counter are held
+        transitions.park(
+            tx,
+            run_id="parent",
+            reason="child",
+            interactions=False,
+            children={"child": ["completed", "failed", "cancelled"]},
+        )
+
+    parking = asyncio.ensure_future(first.fenced(parent).transact(park, durability="barrier"))
+    await asyncio.sleep(0.2)
+    ending = asyncio.ensure_future(  # holds the child's row, waits for the counter
+        second.fenced(child).transact(
+            lambda tx: transitions.complete(
+                tx, run_id="child", outcome={"output": "done", "usage": {}}, writes=None
+            )
+        )
+    )
+    await asyncio.sleep(0.2)
+    gate.set()
+    await asyncio.wait_for(parking, 10)
+    assert await asyncio.wait_for(ending, 10) is True
+    parent_run = await first.read(lambda tx: tx.get_run("parent"))
+    # The park found the child's write in flight and did not wait: the parent goes on.
+    assert parent_run.status is stead.RunStatus.PENDING
+
+
+@needs_postgres
+async def test_a_child_ending_after_its_parent_parked_wakes_it(
+    schema: str, opened: list[Any]
+) -> None:
+    store = await _open(_store(schema=schema, lease_seconds=30.0))
     opened.append(store)
-
-    def runs(tx: Any) -> None:
-        _pending_run(tx, "parent", session="p")
-        _pending_run(tx, "child", session="c")
-
-    await store.transact(runs)
+    await store.transact(lambda tx: _pending_run(tx, "parent", session="p"))
+    await store.transact(lambda tx: _pending_run(tx, "child", session="c"))
+    await store.transact(
+        lambda tx: tx.execute("UPDATE stead_runs SET parent_id = 'parent' WHERE id = 'child'")
+    )
     claims, _ = await store.claim_runs(4, [])
-    parent = next(c for c in claims if c.run_id == "parent")
+    by_id = {claim.run_id: claim for claim in claims}
     for claim in claims:
         await store.fenced(claim).transact(
             lambda tx, run_id=claim.run_id: transitions.begin(
                 tx, run_id=run_id, registered=lambda run: True
             )
         )
-    # The child's worker is ending it: its transaction holds the child's row, not committed.
-    other = _store(schema=schema).connect()
-    try:
-        other.execute("BEGIN")
-        other.execute("UPDATE stead_runs SET status = 'completed' WHERE id = 'child'")
-        park = asyncio.ensure_future(
-            store.fenced(parent).transact(
-                lambda tx: transitions.park(
-                    tx,
-                    run_id="parent",
-                    reason="child",
-                    interactions=False,
-                    children={"child": ["completed", "failed", "cancelled"]},
-                ),
-                durability="barrier",
-            )
+    await store.fenced(by_id["parent"]).transact(
+        lambda tx: transitions.park(
+            tx,
+            run_id="parent",
+            reason="child",
+            interactions=False,
+            children={"child": ["completed", "failed", "cancelled"]},
+        ),
+        durability="barrier",
+    )
+    assert (await store.read(lambda tx: tx.get_run("parent"))).status is stead.RunStatus.WAITING
+    await store.fenced(by_id["child"]).transact(
+        lambda tx: transitions.complete(
+            tx, run_id="child", outcome={"output": "done", "usage": {}}, writes=None
         )
-        await asyncio.sleep(0.3)
-        assert not park.done()  # the park waits for the child's transaction to end
-        other.execute("COMMIT")
-        await park
+    )
+    assert (await store.read(lambda tx: tx.get_run("parent"))).status is stead.RunStatus.PENDING
+
+
+@needs_postgres
+async def test_a_late_heartbeat_does_not_stop_a_newer_execution_of_the_same_run(
+    schema: str, opened: list[Any]
+) -> None:
+    """A heartbeat speaks for the claims it sent: if the run was handed back and claimed here
+    again (a new epoch) before its statement ran, the new execution goes on."""
+    from stead.journal.records import Claim
+    from stead.runtime.scheduler import Scheduler
+
+    lease = 0.6
+    store = await _open(_store(schema=schema, lease_seconds=lease))
+    opened.append(store)
+    await store.transact(lambda tx: _pending_run(tx, "R"))
+    real_extend = store.extend_leases
+    late = asyncio.Event()
+
+    async def extend_late(claims: Any) -> Any:
+        await late.wait()  # the writer is busy: the heartbeat's statement runs later
+        return await real_extend(claims)
+
+    store.extend_leases = extend_late
+    outcome: dict[str, str] = {}
+
+    async def execute(claim: Claim) -> bool:
+        if claim.epoch == 1:  # runs while the heartbeat takes (R, 1), then hands R back
+            await asyncio.sleep(lease / 3 + 0.05)
+            return True
+        try:
+            await asyncio.sleep(1.0)
+            outcome["second"] = "finished"
+        except asyncio.CancelledError:
+            outcome["second"] = "cancelled"
+            raise
+        return False
+
+    scheduler = Scheduler(store, execute, max_concurrent_runs=4, lease_seconds=lease)
+    beat = asyncio.create_task(scheduler._beat())
+    try:
+        (first,), _ = await store.claim_runs(1, [])
+        scheduler.start(first)
+        await scheduler.active["R"]
+        await scheduler._release()
+        (second,), _ = await store.claim_runs(1, [])
+        assert second == Claim("R", 2)
+        scheduler.start(second)
+        late.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(scheduler.active["R"], 5)
     finally:
-        other.close()
-    parent_run = await store.read(lambda tx: tx.get_run("parent"))
-    assert parent_run.status is stead.RunStatus.PENDING  # it saw the end: it goes on
+        beat.cancel()
+    assert outcome == {"second": "finished"}

@@ -734,8 +734,9 @@ def park(
 
 
 def _settled(tx: Tx, run_id: str, statuses: list[str]) -> bool:
-    # Read so that the child's own transaction, if one is in flight, ends first: either the
-    # child's end is seen here, or the child's transaction sees this run waiting and wakes it.
+    # A child ending on another worker and this park must not both miss each other: the child's
+    # row is held until this commits (its end, starting later, sees this run waiting and wakes
+    # it), and a write to it in flight (no status) counts as settled: the run looks again.
     status = tx.run_status(run_id)
     return status is None or status in statuses
 

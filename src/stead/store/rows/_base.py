@@ -44,7 +44,9 @@ class Dialect:
     #: worker still sends lands).
     release_claim: str = ""
     #: What a read adds to hold a row until the transaction ends against concurrent writers
-    #: (where several processes write at once).
+    #: (where several processes write at once) — skipping a row whose write is in flight, which
+    #: never waits: a transaction that holds the sequence counter must not wait for a row whose
+    #: writer waits for the counter.
     share_lock: str = ""
     #: How a query names the partial index of waiting runs' timers where the planner, with no
     #: statistics, would read every waiting run through the status index instead.
@@ -76,7 +78,7 @@ POSTGRES = Dialect(
     on_conflict_ignore="ON CONFLICT DO NOTHING",
     insertion_order="number",
     release_claim=", claim_epoch = claim_epoch + 1, claimed_by = NULL, lease_until = NULL",
-    share_lock=" FOR SHARE",
+    share_lock=" FOR SHARE SKIP LOCKED",
 )
 
 

@@ -161,9 +161,9 @@ class RunRows(SqlBase):
         return time_of(row[0])
 
     def run_status(self, run_id: str) -> str | None:
-        """A run's status, read so that a write to the run in progress elsewhere finishes
-        first (a parent parking while its child ends on another worker sees the end, or the
-        child sees the parent waiting)."""
+        """A run's status, held until this transaction ends so that a write to the run that
+        starts meanwhile comes after it; ``None`` if there is no such run, or (where several
+        processes write) a write to it is in flight — its status may be changing."""
         row = self.execute(
             f"SELECT status FROM stead_runs WHERE id = ?{self.dialect.share_lock}", (run_id,)
         ).fetchone()
