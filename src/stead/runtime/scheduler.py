@@ -158,13 +158,19 @@ class Scheduler:
             await asyncio.sleep(self._lease_seconds / 3)
             if not self.claims:
                 continue
+            sent = list(self.claims.values())
             try:
-                lost = await self._store.extend_leases(list(self.claims.values()))
+                lost = await self._store.extend_leases(sent)
             except StorageError:
                 return
-            for run_id in lost:
-                logger.warning("run %s: this worker lost its lease; it stops here", run_id)
-                self.cancel(run_id)
+            for claim in sent:
+                # Only the execution the heartbeat spoke for: the run may have been parked and
+                # claimed here again meanwhile, under a new epoch the heartbeat did not send.
+                if claim.run_id in lost and self.claims.get(claim.run_id) == claim:
+                    logger.warning(
+                        "run %s: this worker lost its lease; it stops here", claim.run_id
+                    )
+                    self.cancel(claim.run_id)
 
     def _arm(self, wakeup: datetime | None) -> None:
         """Wake when the earliest parked run becomes due."""
