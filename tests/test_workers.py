@@ -89,7 +89,7 @@ class Worker:
                 [
                     *STEAD,
                     "worker",
-                    f"tests._worker_app:{app}",
+                    app if ":" in app else f"tests._worker_app:{app}",
                     "--db",
                     journal.url,
                     "--schema",
@@ -267,6 +267,27 @@ def run_rows(journal: PgJournal) -> dict[str, dict[str, Any]]:
     return {row[0]: dict(zip(names, row, strict=True)) for row in journal.query(_RUN_ROW)}
 
 
+async def stop_fleet(workers: list[Worker]) -> str:
+    """SIGTERM the workers still alive (each drains and must exit 0); every worker's log, which
+    must hold no error."""
+    survivors = [w for w in workers if w.killed_at is None]
+    codes = await asyncio.gather(*(w.terminate() for w in survivors))
+    for worker, code in zip(survivors, codes, strict=True):
+        assert code == 0, f"worker {worker.pid} exited {code} on SIGTERM: {worker.logs()}"
+    logs = "".join(w.logs() for w in workers)
+    assert " ERROR " not in logs and "Traceback" not in logs, logs
+    return logs
+
+
+def lost_claims(logs: str) -> list[str]:
+    """The lines where a live worker found another held a run it was executing."""
+    return [
+        line
+        for line in logs.splitlines()
+        if "another worker holds" in line or "lost its lease" in line
+    ]
+
+
 def status_counts(journal: PgJournal) -> dict[str, int]:
     rows = journal.query("SELECT status, COUNT(*) FROM stead_runs GROUP BY status")
     return {status: int(count) for status, count in rows}
@@ -405,10 +426,7 @@ async def test_runs_survive_workers_killed_at_random_and_no_work_is_done_twice(
                 for task in (*helpers, killer):
                     task.cancel()
                 await asyncio.gather(*helpers, killer, return_exceptions=True)
-        survivors = [w for w in world.workers if w.killed_at is None]
-        codes = await asyncio.gather(*(w.terminate() for w in survivors))
-        for worker, code in zip(survivors, codes, strict=True):
-            assert code == 0, f"worker {worker.pid} exited {code} on SIGTERM: {worker.logs()}"
+        logs = await stop_fleet(world.workers)
     print(
         f"{total} runs, {kills} kills, {len(world.workers)} workers, "
         f"{len(world.approved)} approvals, {len(world.attention)} needs_attention; workers up in "
@@ -417,10 +435,7 @@ async def test_runs_survive_workers_killed_at_random_and_no_work_is_done_twice(
     )
     assert len(world.orders) == total
     assert kills >= 3, f"only {kills} kills landed before the runs were done"
-    logs = "".join(w.logs() for w in world.workers)
-    assert " ERROR " not in logs and "Traceback" not in logs, logs
-    lost = [line for line in logs.splitlines() if "another worker holds" in line]
-    lost += [line for line in logs.splitlines() if "lost its lease" in line]
+    lost = lost_claims(logs)
     print(f"{len(lost)} times a live worker lost a run's lease (a stall past the lease): {lost}")
     _check_failover(journal, world, executions(ledger))
 
