@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import importlib
 import inspect
 import math
+import sys
 import traceback
+import typing
 import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -98,11 +99,12 @@ def _type_name(exc: BaseException) -> str:
 
 def _rebuild(key: str, error: dict[str, Any]) -> Exception:
     """The exception a journaled failure holds, raised again as its own type where it can be
-    (a class found by module and name that takes a message), else :class:`StepFailed`."""
+    (a class of a module this process has imported, that takes a message), else
+    :class:`StepFailed`. Nothing is imported on the journal's word."""
     type_name, message = str(error.get("type", "")), str(error.get("message", ""))
     module_name, _, qualname = type_name.partition(":")
     try:
-        found: Any = importlib.import_module(module_name)
+        found: Any = sys.modules[module_name]
         for part in qualname.split("."):
             found = getattr(found, part)
         if isinstance(found, type) and issubclass(found, Exception):
@@ -114,25 +116,37 @@ def _rebuild(key: str, error: dict[str, Any]) -> Exception:
     return StepFailed(key, type_name.replace(":", "."), message)
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
+def _cached(compute: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``compute(fn)`` remembered per function (an unhashable callable is computed anew)."""
+    remembered = functools.lru_cache(maxsize=512)(compute)
+
+    def get(fn: Any) -> T:
+        try:
+            return remembered(fn)
+        except TypeError:
+            return compute(fn)
+
+    return get
+
+
+@_cached
+def _takes_operation_id(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` names an ``operation_id`` parameter (``**kwargs`` does not count: the
+    id is not slipped into arguments a function passes on)."""
     try:
-        params = inspect.signature(fn).parameters
+        return "operation_id" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+@_cached
 def _returns(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    """What turns a step's journaled JSON back into the type its function declares."""
     try:
-        import typing
-
         hint = typing.get_type_hints(fn).get("return", Any)
-    except Exception:
+    except Exception:  # an annotation that does not resolve: the JSON as it is
         return None
-    if hint in (Any, None, type(None)) or inspect.isawaitable(hint):
-        return None
-    origin = getattr(hint, "__origin__", None)
-    if origin is not None and getattr(origin, "__name__", "") in ("Coroutine", "Awaitable"):
+    if hint in (Any, None, type(None)):
         return None
     try:
         return TypeAdapter(hint)
@@ -228,7 +242,7 @@ class TaskContext:
 
         async def execute(attempt: int) -> JSON:
             call_kwargs = dict(kwargs)
-            if _accepts(fn, "operation_id") and "operation_id" not in call_kwargs:
+            if "operation_id" not in call_kwargs and _takes_operation_id(fn):
                 call_kwargs["operation_id"] = operation_id
             try:
                 if inspect.iscoroutinefunction(fn):
