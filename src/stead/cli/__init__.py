@@ -5,8 +5,8 @@ Every command takes ``--db PATH`` or ``--db postgresql://...`` with ``--schema``
 Reads and changes go through :class:`stead.Client` only, so they work the same whether a
 runtime owns the database (a change goes to its inbox and it applies it) or none is running
 (the change is applied in place and the next runtime continues the run); on PostgreSQL a change
-is applied where it is given and wakes the workers. ``stead worker APP`` runs an App's agents
-and tasks.
+is applied where it is given and wakes the workers. ``stead worker APP`` runs an App's agents,
+tasks and schedules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``stead worker APP``: run an App's agents as one worker of a store.
+"""``stead worker APP``: run an App's agents, tasks and schedules as one worker of a store.
 
 On PostgreSQL any number of workers, on any number of hosts, share a schema: each claims runnable
 runs, and a run whose worker died is taken over once its lease runs out. On a SQLite file the
@@ -98,7 +98,8 @@ def load_app(spec: str) -> App:
 def worker(
     app_spec: str, db: str, concurrency: int, lease_seconds: float, drain_timeout: float
 ) -> None:
-    """Run the agents of APP (module:attribute naming a stead.App) as a worker of --db.
+    """Run the agents, tasks and schedules of APP (module:attribute naming a stead.App) as a
+    worker of --db.
 
     \b
     stead worker myproject.agents:app --db postgresql://user@host/db --concurrency 8
