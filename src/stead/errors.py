@@ -137,7 +137,8 @@ class ModelError(SteadError):
 
 class RunFailed(SteadError):
     """The awaited run ended ``failed``; ``run_id`` and ``reason`` say which and why, and
-    ``kind`` types the reason: ``model``, ``max_turns``, ``budget``, ``approval`` or ``error``."""
+    ``kind`` types the reason: ``model``, ``max_turns``, ``budget``, ``approval`` or ``error``
+    for an agent run; ``task`` (the task's code raised) or ``graph`` (a node was cancelled)."""
 
     def __init__(self, run_id: str, reason: str, kind: str = "error") -> None:
         super().__init__(f"run {run_id} failed: {reason}")
