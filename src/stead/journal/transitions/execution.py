@@ -1,0 +1,379 @@
+"""An execution's own changes: begin, operations, interactions, children, and how it ends
+(complete, stop, park)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..._clock import iso
+from ..._json import JSON, digest, storable_text
+from ...errors import StorageError
+from ..events import (
+    InteractionRequested,
+    Payload,
+    StatusChanged,
+    operation_completed,
+    operation_started,
+)
+from ..keys import child_session, operation_id
+from ..protocol import Tx
+from ..records import (
+    RUNNABLE_STATUSES,
+    Event,
+    Interaction,
+    Operation,
+    Recovery,
+    Run,
+    RunStatus,
+    Writes,
+    outcome_history,
+)
+from ._shared import _run, _wake_parent, _write
+from .submission import submit
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """What an execution starts from: the run and its journal."""
+
+    run: Run
+    operations: list[Operation]
+    interactions: list[Interaction]
+
+
+def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | None:
+    """Claim a runnable run for execution (``running``) and read its journal; ``None`` if it
+    is not runnable. A run whose definition is not ``registered`` goes to needs_attention."""
+    current = tx.get_run(run_id)
+    if current is None:
+        return None
+    due = (
+        current.status in (RunStatus.RETRY_WAIT, RunStatus.WAITING)
+        and current.next_attempt_at is not None
+        and current.next_attempt_at <= tx.now()
+    )
+    if current.status.value not in RUNNABLE_STATUSES and not due:
+        return None
+    if not registered(current):
+        stop(
+            tx,
+            run_id,
+            RunStatus.NEEDS_ATTENTION,
+            f"{current.kind} {current.agent_id!r} version {current.version!r} is not "
+            "registered in this runtime; register that version (App.register) and retry() "
+            "the run",
+            None,
+            kind="needs_attention",
+        )
+        return None
+    fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
+    if current.started_at is None:
+        fields["started_at"] = tx.now()
+    if current.history_length is None and current.kind != "agent":
+        fields["history_length"] = 0  # a task or graph run has no conversation
+    elif current.history_length is None:  # a session's history is taken when the run first starts
+        previous = tx.latest_completed(current.session_id, current.number)
+        head, length, source = None, 0, None
+        if previous is not None and previous.outcome is not None:
+            head, length = outcome_history(previous.outcome)
+            source = previous.id if length else None
+        fields["history_head"], fields["history_length"] = head, length
+        fields["history_run"] = source
+    tx.update_run(run_id, **fields)
+    tx.append_event(
+        run_id,
+        StatusChanged(status="running", resumed=current.status == RunStatus.RUNNING),
+    )
+    run = tx.get_run(run_id)
+    if run is None:  # pragma: no cover - the row was just updated
+        raise StorageError(f"run {run_id} vanished while it was claimed")
+    return Begun(
+        run=run,
+        operations=tx.operations(run_id),
+        interactions=tx.run_interactions(run_id),
+    )
+
+
+def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
+    """The run completed with ``outcome``; False if it was cancelled meanwhile."""
+    current = tx.get_run(run_id)
+    if current is None or current.status != RunStatus.RUNNING:
+        return False
+    _write(tx, writes, run_id)
+    tx.update_run(
+        run_id,
+        status=RunStatus.COMPLETED,
+        outcome=outcome,
+        finished_at=tx.now(),
+        usage=outcome["usage"],
+    )
+    tx.append_event(run_id, StatusChanged(status="completed"))
+    _wake_parent(tx, current)
+    return True
+
+
+def stop(
+    tx: Tx,
+    run_id: str,
+    status: RunStatus,
+    reason: str,
+    operation: str | None,
+    *,
+    kind: str = "error",
+    next_attempt_at: datetime | None = None,
+    traceback: str | None = None,
+) -> None:
+    """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
+    current = tx.get_run(run_id)
+    if current is None or current.status.terminal:
+        return
+    reason = storable_text(reason)
+    error: dict[str, JSON] = {"reason": reason, "operation": operation, "kind": kind}
+    if traceback is not None:
+        error["traceback"] = storable_text(traceback)
+    tx.update_run(
+        run_id,
+        status=status,
+        error=error,
+        error_kind=kind,
+        attention_key=operation if status == RunStatus.NEEDS_ATTENTION else None,
+        finished_at=tx.now() if status.terminal else None,
+        next_attempt_at=next_attempt_at,
+    )
+    tx.append_event(
+        run_id,
+        StatusChanged(
+            status=status.value,
+            reason=reason,
+            kind=kind,
+            operation=operation,
+            next_attempt_at=iso(next_attempt_at) if next_attempt_at is not None else None,
+        ),
+    )
+    if status.terminal:
+        _wake_parent(tx, current)
+
+
+def park(
+    tx: Tx,
+    run_id: str,
+    reason: str,
+    *,
+    interactions: bool = True,
+    until: datetime | None = None,
+    signals: dict[str, int] | None = None,
+    children: dict[str, list[str]] | None = None,
+) -> None:
+    """The run waits — for people (``interactions``), a time (``until``), the next signal of a
+    name (``signals``: how many of each it has taken) or a child run reaching one of the
+    statuses given for it (``children``) — and goes on at once if what it waits for came
+    meanwhile (or it waits for nothing)."""
+    current = tx.get_run(run_id)
+    if current is None or current.status != RunStatus.RUNNING:
+        return
+    awaited = interactions or until is not None or bool(signals) or bool(children)
+    come = (
+        (interactions and not tx.pending_interactions(run_id))
+        or (until is not None and until <= tx.now())
+        or any(
+            tx.signal_number(run_id, name, taken + 1) is not None
+            for name, taken in (signals or {}).items()
+        )
+        or any(_settled(tx, child, statuses) for child, statuses in (children or {}).items())
+    )
+    if awaited and not come:
+        tx.update_run(
+            run_id, status=RunStatus.WAITING, error=None, error_kind=None, next_attempt_at=until
+        )
+        tx.append_event(
+            run_id,
+            StatusChanged(
+                status="waiting",
+                reason=reason,
+                next_attempt_at=iso(until) if until is not None else None,
+            ),
+        )
+    else:
+        tx.update_run(run_id, status=RunStatus.PENDING)
+        tx.append_event(run_id, StatusChanged(status="pending"))
+
+
+def _settled(tx: Tx, run_id: str, statuses: list[str]) -> bool:
+    # A child ending on another worker and this park must not both miss each other: the child's
+    # row is held until this commits (its end, starting later, sees this run waiting and wakes
+    # it), and a write to it in flight (no status) counts as settled: the run looks again.
+    status = tx.run_status(run_id)
+    return status is None or status in statuses
+
+
+def start_operation(
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    position: int,
+    kind: str,
+    recovery: Recovery,
+    input_hash: str,
+    input: JSON,
+    writes: Writes | None,
+    input_text: str | None = None,
+    result: JSON = None,
+    result_text: str | None = None,
+) -> None:
+    """The intent of a new operation (and the rows its input refers to); ``input`` is what the
+    journal keeps of it, ``input_text`` its JSON when the caller encoded it already. With
+    ``result_text`` (and ``result``) the row is written completed (see
+    :func:`record_operation`). The row announces its events (``journal.events``)."""
+    _write(tx, writes, run_id)
+    started = operation_started(kind, key, input, 1, operation_id(run_id, key))
+    started_seq = tx.announce(run_id, started).sequence if started is not None else None
+    completed_seq = None
+    if result_text is not None:
+        completed = operation_completed(kind, key, input, result)
+        completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
+    tx.start_operation(
+        run_id=run_id,
+        key=key,
+        position=position,
+        kind=kind,
+        recovery=recovery,
+        input_hash=input_hash,
+        input=input,
+        input_text=input_text,
+        result_text=result_text,
+        started_seq=started_seq,
+        completed_seq=completed_seq,
+    )
+
+
+def restart_operation(
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    kind: str,
+    input: JSON,
+    attempt: int,
+    writes: Writes | None,
+) -> None:
+    """Another attempt of an interrupted operation (consumes a re-run order); its event is a
+    row of its own (the operation row announces the first attempt only)."""
+    _write(tx, writes, run_id)
+    tx.restart_operation(run_id, key, attempt)
+    started = operation_started(kind, key, input, attempt, operation_id(run_id, key))
+    if started is not None:
+        tx.append_event(run_id, started)
+
+
+def finish_operation(
+    tx: Tx,
+    *,
+    run_id: str,
+    key: str,
+    kind: str,
+    input: JSON,
+    result: JSON,
+    writes: Writes | None,
+    result_text: str | None = None,
+) -> None:
+    """The result of an operation in progress (``input``: what the journal keeps of its input;
+    ``result_text``: the result's JSON, if encoded already). The row announces the event."""
+    completed = operation_completed(kind, key, input, result)
+    completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
+    if not tx.complete_operation(run_id, key, result, result_text, completed_seq):
+        raise StorageError(
+            f"operation {key} of run {run_id} was not in progress when its result was "
+            "written; the journal was changed under this runtime"
+        )
+    _write(tx, writes, run_id)
+
+
+def record_operation(tx: Tx, *, after: Writes | None, **operation: Any) -> None:
+    """:func:`start_operation` with its ``result`` and ``result_text``, and the ``after``
+    writes of :func:`finish_operation`, in one: a ``safe`` operation that finished before its
+    intent was written is inserted with its result (one row, one write)."""
+    start_operation(tx, **operation)
+    _write(tx, after, operation["run_id"])
+
+
+def request_interaction(
+    tx: Tx,
+    *,
+    run_id: str,
+    interaction_id: str,
+    key: str,
+    kind: str,
+    tool: str | None,
+    arguments: JSON,
+    digest: str,
+    payload: JSON,
+    abandon: str | None,
+) -> None:
+    """A pending interaction; ``abandon`` forgets an intent whose work never started (a tool
+    that asked for approval first)."""
+    if abandon is not None:
+        tx.delete_operation(run_id, abandon)
+    tx.insert_interaction(
+        interaction_id=interaction_id,
+        run_id=run_id,
+        key=key,
+        kind=kind,
+        tool=tool,
+        arguments=arguments,
+        digest=digest,
+        payload=payload,
+    )
+    tx.append_event(
+        run_id,
+        InteractionRequested(
+            interaction_id=interaction_id,
+            key=key,
+            kind=kind,
+            tool=tool,
+            arguments=arguments,
+            payload=payload,
+        ),
+    )
+
+
+def start_child(
+    tx: Tx,
+    *,
+    operation: dict[str, Any],
+    child_id: str,
+    kind: str,
+    definition: str,
+    version: str,
+    input: JSON,
+) -> None:
+    """The intent of a child operation and the child run it creates, in one transaction: the
+    child is owned by the run (cancelled with it; its end wakes it) and has a session of its
+    own in its parent's session tree. A replay finds both."""
+    parent = _run(tx, operation["run_id"])
+    start_operation(tx, **operation)
+    if tx.get_run(child_id) is not None:
+        return
+    session = child_session(parent.session_id, parent.id, operation["key"])
+    submit(
+        tx,
+        run_id=child_id,
+        session_id=session,
+        request_id=operation["key"],
+        agent_id=definition,
+        version=version,
+        input=input,
+        submission=digest({"kind": kind, "definition": definition, "input": input}),
+        enqueue=False,
+        max_pending=None,
+        kind=kind,
+        parent_id=parent.id,
+    )
+
+
+def emit(tx: Tx, run_id: str, payload: Payload) -> Event:
+    """A progress event with no state change (streamed deltas, attempts)."""
+    return tx.append_event(run_id, payload)
