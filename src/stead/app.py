@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .agent.agent import Agent
 from .agent.definition import AgentDefinition
@@ -21,6 +21,51 @@ if TYPE_CHECKING:
     from .runtime.runtime import Runtime
 
 __all__ = ["App"]
+
+T = TypeVar("T")
+
+
+class _Versions(Generic[T]):
+    """The registered versions of one kind of definition (agents, tasks), each name's latest."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.items: dict[tuple[str, str], T] = {}
+        self.latest: dict[str, str] = {}
+
+    def add(self, name: str, version: str, item: T, *, taken_by: str | None) -> None:
+        if taken_by is not None:
+            raise ValidationError(
+                f"{self.kind} {name!r} has the name of a registered {taken_by}; give it "
+                "another name"
+            )
+        existing = self.items.get((name, version))
+        if existing is not None and existing is not item:
+            raise ValidationError(
+                f"{self.kind} {name!r} version {version!r} is already registered; give a "
+                f"changed {self.kind} a new version"
+            )
+        self.items[(name, version)] = item
+        self.latest[name] = version
+
+    def get(self, name: str, version: str | None, hint: str = "") -> T:
+        """The registered item (latest version unless ``version`` is given)."""
+        if version is None:
+            latest = self.latest.get(name)
+            if latest is None:
+                known = ", ".join(sorted(self.latest)) or "none"
+                raise NotFoundError(
+                    f"unknown {self.kind} {name!r}{hint}; registered {self.kind}s: {known}"
+                )
+            version = latest
+        found = self.items.get((name, version))
+        if found is None:
+            versions = sorted(v for (n, v) in self.items if n == name)
+            raise NotFoundError(
+                f"{self.kind} {name!r} version {version!r} is not registered "
+                f"(registered versions: {', '.join(versions) or 'none'})"
+            )
+        return found
 
 
 class App:
@@ -45,10 +90,8 @@ class App:
         (default :data:`stead.models.pricing.DEFAULT_PRICES`; extend it with
         ``{**DEFAULT_PRICES, "openai-compatible:llama3.1": Price(0, 0)}``)."""
         self.prices = prices
-        self._agents: dict[tuple[str, str], Agent] = {}
-        self._latest: dict[str, str] = {}
-        self._tasks: dict[tuple[str, str], Task] = {}
-        self._latest_tasks: dict[str, str] = {}
+        self._agents: _Versions[Agent] = _Versions("agent")
+        self._tasks: _Versions[Task] = _Versions("task")
         for agent in agents:
             self.register(agent)
         for found in tasks:
@@ -79,101 +122,50 @@ class App:
         """Register an agent or task version (also while a runtime is open: ``retry()`` a run
         that was waiting for it)."""
         if isinstance(agent, Task):
-            self._register_task(agent)
-            return
-        if not isinstance(agent, Agent):
+            taken = "agent" if agent.name in self._agents.latest else None
+            self._tasks.add(agent.name, agent.version, agent, taken_by=taken)
+        elif isinstance(agent, Agent):
+            taken = "task" if agent.id in self._tasks.latest else None
+            self._agents.add(agent.id, agent.version, agent, taken_by=taken)
+        else:
             raise ValidationError(
                 f"App.register expects a stead.Agent or a @stead.task, got {shown(agent)}"
             )
-        if agent.id in self._latest_tasks:
-            raise ValidationError(
-                f"agent {agent.id!r} has the name of a registered task; give it another id"
-            )
-        key = (agent.id, agent.version)
-        existing = self._agents.get(key)
-        if existing is not None and existing is not agent:
-            raise ValidationError(
-                f"agent {agent.id!r} version {agent.version!r} is already "
-                "registered; give a changed agent a new version"
-            )
-        self._agents[key] = agent
-        self._latest[agent.id] = agent.version
 
     def agent(self, agent_id: str, version: str | None = None) -> Agent:
         """The registered agent (latest version unless ``version`` is given)."""
-        if version is None:
-            latest = self._latest.get(agent_id)
-            if latest is None:
-                known = ", ".join(sorted(self._latest)) or "none"
-                raise NotFoundError(f"unknown agent {agent_id!r}; registered agents: {known}")
-            version = latest
-        found = self._agents.get((agent_id, version))
-        if found is None:
-            versions = sorted(v for (a, v) in self._agents if a == agent_id)
-            raise NotFoundError(
-                f"agent {agent_id!r} version {version!r} is not registered "
-                f"(registered versions: {', '.join(versions) or 'none'})"
-            )
-        return found
-
-    def _register_task(self, found: Task) -> None:
-        if found.name in self._latest:
-            raise ValidationError(
-                f"task {found.name!r} has the name of a registered agent; give it another name"
-            )
-        key = (found.name, found.version)
-        existing = self._tasks.get(key)
-        if existing is not None and existing is not found:
-            raise ValidationError(
-                f"task {found.name!r} version {found.version} is already registered; give a "
-                "changed task a new version"
-            )
-        self._tasks[key] = found
-        self._latest_tasks[found.name] = found.version
+        return self._agents.get(agent_id, version)
 
     def task(self, name: str, version: str | int | None = None) -> Task:
         """The registered task (latest version unless ``version`` is given)."""
-        if version is None:
-            latest = self._latest_tasks.get(name)
-            if latest is None:
-                known = ", ".join(sorted(self._latest_tasks)) or "none"
-                hint = f" ({name!r} is an agent: submit() it)" if name in self._latest else ""
-                raise NotFoundError(f"unknown task {name!r}{hint}; registered tasks: {known}")
-            version = latest
-        found = self._tasks.get((name, str(version)))
-        if found is None:
-            versions = sorted(v for (t, v) in self._tasks if t == name)
-            raise NotFoundError(
-                f"task {name!r} version {version} is not registered (registered versions: "
-                f"{', '.join(versions) or 'none'})"
-            )
-        return found
+        hint = f" ({name!r} is an agent: submit() it)" if name in self._agents.latest else ""
+        return self._tasks.get(name, None if version is None else str(version), hint)
 
     def find(self, agent_id: str, version: str) -> Agent | None:
-        return self._agents.get((agent_id, version))
+        return self._agents.items.get((agent_id, version))
 
     def definition(self, run: Run) -> AgentDefinition | TaskDefinition | GraphDefinition | None:
         """What ``run`` executes, or ``None`` if its version is not registered here."""
         if run.kind == "graph":
             return GraphDefinition(self)
         if run.kind == "task":
-            found = self._tasks.get((run.agent_id, run.version))
+            found = self._tasks.items.get((run.agent_id, run.version))
             return TaskDefinition(found, self) if found is not None else None
-        agent = self._agents.get((run.agent_id, run.version))
+        agent = self._agents.items.get((run.agent_id, run.version))
         return AgentDefinition(agent, self.prices) if agent is not None else None
 
     def version_of(self, name: str, version: str | None) -> str:
         """The version a new run of the agent or task ``name`` is pinned to (the latest
         unless given)."""
-        if name in self._latest_tasks:
+        if name in self._tasks.latest:
             return self.task(name, version).version
         return self.agent(name, version).version
 
     def kind_of(self, name: str) -> str | None:
         """``agent`` or ``task``: what ``name`` is here (``None``: neither)."""
-        if name in self._latest_tasks:
+        if name in self._tasks.latest:
             return "task"
-        return "agent" if name in self._latest else None
+        return "agent" if name in self._agents.latest else None
 
     def task_input(self, name: str, value: object) -> object:
         """``value`` as the JSON input of a run of task ``name`` (validated by its latest
@@ -199,16 +191,16 @@ class App:
 
     @property
     def agents(self) -> list[Agent]:
-        return list(self._agents.values())
+        return list(self._agents.items.values())
 
     @property
     def tasks(self) -> list[Task]:
-        return list(self._tasks.values())
+        return list(self._tasks.items.values())
 
     def latest_versions(self) -> dict[str, str]:
         """Each registered agent's and task's latest version (what a submission naming none
         gets)."""
-        return {**self._latest, **self._latest_tasks}
+        return {**self._agents.latest, **self._tasks.latest}
 
     async def open(
         self,

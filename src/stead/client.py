@@ -186,13 +186,7 @@ class Client:
         require_text("prompt", prompt)
         if version is not None:
             require_id("version", version)
-        size = len(dumps({"prompt": prompt}).encode())
-        if size > self.limits.max_payload_bytes:
-            raise LimitError(
-                f"the prompt of request {request_id!r} is {size} bytes, over "
-                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or "
-                "raise the limit with stead.Limits(max_payload_bytes=...)"
-            )
+        self._fits(f"the prompt of request {request_id!r}", {"prompt": prompt})
         answer = await self._apply(
             Submit(
                 run_id=run_id or new_id("run"),
@@ -229,13 +223,7 @@ class Client:
         require_id("request_id", request_id)
         pinned = None if version is None else _task_version(version)
         value = self._task_input(task, input)
-        size = len(dumps({"input": value}).encode())
-        if size > self.limits.max_payload_bytes:
-            raise LimitError(
-                f"the input of request {request_id!r} (task {task!r}) is {size} bytes, over "
-                f"max_payload_bytes ({self.limits.max_payload_bytes}); send less or raise the "
-                "limit with stead.Limits(max_payload_bytes=...)"
-            )
+        self._fits(f"the input of request {request_id!r} (task {task!r})", {"input": value})
         answer = await self._apply(
             SubmitTask(
                 run_id=run_id or new_id("run"),
@@ -270,12 +258,7 @@ class Client:
         require_id("request_id", request_id)
         found = graph_input(nodes)
         self._check_graph(list(nodes))
-        size = len(dumps({"nodes": found}).encode())
-        if size > self.limits.max_payload_bytes:
-            raise LimitError(
-                f"the graph of request {request_id!r} is {size} bytes, over max_payload_bytes "
-                f"({self.limits.max_payload_bytes})"
-            )
+        self._fits(f"the graph of request {request_id!r}", {"nodes": found})
         answer = await self._apply(
             SubmitGraph(
                 run_id=run_id or new_id("run"),
@@ -316,16 +299,21 @@ class Client:
             raise ValidationError(
                 f"signal {name!r} to run {run_id}: its value must be JSON ({exc})"
             ) from None
-        size = len(dumps(payload).encode())
-        if size > self.limits.max_payload_bytes:
-            raise LimitError(
-                f"signal {name!r} to run {run_id} is {size} bytes, over max_payload_bytes "
-                f"({self.limits.max_payload_bytes})"
-            )
+        self._fits(f"signal {name!r} to run {run_id}", payload)
         answer = await self._apply(
             Signal(run_id=run_id, signal=name, value=payload, request_id=request_id)
         )
         return not (isinstance(answer, dict) and answer.get("duplicate"))
+
+    def _fits(self, what: str, payload: Any) -> None:
+        """A payload within ``max_payload_bytes``, else :class:`LimitError` naming ``what``."""
+        size = len(dumps(payload).encode())
+        if size > self.limits.max_payload_bytes:
+            raise LimitError(
+                f"{what} is {size} bytes, over max_payload_bytes "
+                f"({self.limits.max_payload_bytes}); send less or raise the limit with "
+                "stead.Limits(max_payload_bytes=...)"
+            )
 
     def get_run(self, run_id: str) -> RunHandle:
         """A handle on a run by id (its methods raise :class:`NotFoundError` if there is none)."""

@@ -5,8 +5,9 @@ run is shown with the tree of runs it owns (``_render_tasks``)."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import click
 from rich.console import RenderableType
@@ -39,25 +40,114 @@ def runs() -> None:
     """Inspect runs: list them, show one (status, why, what to do next), follow its events."""
 
 
+def status_option(fn: Any) -> Any:
+    return click.option(
+        "--status",
+        "statuses",
+        multiple=True,
+        type=click.Choice(STATUSES),
+        help="Only runs with this status (repeat for several).",
+    )(fn)
+
+
+def page_options(fn: Any) -> Any:
+    fn = click.option(
+        "--after",
+        default=None,
+        metavar="CURSOR",
+        help="Continue a previous listing: the cursor it printed.",
+    )(fn)
+    return click.option(
+        "--limit",
+        default=50,
+        show_default=True,
+        type=click.IntRange(1, 1000),
+        help="Runs per page.",
+    )(fn)
+
+
+def show_page(
+    db: str,
+    as_json: bool,
+    *,
+    command: list[str],
+    noun: str,
+    statuses: tuple[str, ...],
+    filters: list[tuple[str, str, str | None]],
+    limit: int,
+    after: str | None,
+    definition: str | None = None,
+    **query: Any,
+) -> None:
+    """One page of runs (``query``: ``Client.list_runs`` filters) as a table or JSON, with
+    the command that shows the next page. ``filters`` are (flag, word, value) of the options
+    given; ``definition`` heads the column of what the runs execute (default: ``agent``, or
+    ``definition`` when other kinds are listed beside agents)."""
+
+    async def read(client: Client) -> tuple[list[Run], str | None, dict[str, float | None]]:
+        page = await client.list_runs(
+            status=list(statuses) or None, after=after, limit=limit, **query
+        )
+        found = list(page.runs)
+        return found, page.next_cursor, await client.costs([run.id for run in found])
+
+    found, cursor, costs = with_client(db, read)
+    if as_json:
+        emit_json(
+            {
+                "runs": [{**plain(run), "cost_usd": costs.get(run.id)} for run in found],
+                "next_cursor": cursor,
+            }
+        )
+        return
+    given = [(flag, word, value) for flag, word, value in filters if value is not None]
+    if not found:
+        words = [f"status {' or '.join(statuses)}"] if statuses else []
+        words += [f"{word} {value!r}" for _, word, value in given]
+        where = f" with {', '.join(words)}" if words else ""
+        print_out(safe_text(f"no {noun}{where} in {db}" + (" after that cursor" if after else "")))
+        return
+    if definition is None:
+        mixed = any(run.kind != "agent" for run in found)  # agents beside tasks or graphs
+        definition = "definition" if mixed else "agent"
+    print_out(runs_table(found, costs, console.width, definition=definition))
+    if cursor is not None:
+        next_page(command, statuses, given, limit, cursor, db, len(found))
+
+
+def next_page(
+    command: list[str],
+    statuses: tuple[str, ...],
+    given: Sequence[tuple[str, str, str | None]],
+    limit: int,
+    cursor: str,
+    db: str,
+    shown: int,
+) -> None:
+    """Print the command that lists the next page (the same options, after ``cursor``)."""
+    words = list(command)
+    for status in statuses:
+        words += ["--status", status]
+    for flag, _, value in given:
+        if value is not None:
+            words += [flag, str(value)]
+    if limit != 50:
+        words += ["--limit", str(limit)]
+    words += ["--after", cursor, "--db", db]
+    print_out(
+        safe_text(
+            f"more runs than these {shown}; the next page: "
+            + " ".join(shlex.quote(w) for w in words),
+            one_line=True,
+        )
+    )
+
+
 @runs.command("list")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    type=click.Choice(STATUSES),
-    help="Only runs with this status (repeat for several).",
-)
+@status_option
 @click.option("--session", default=None, help="Only runs of this session.")
 @click.option("--agent", default=None, help="Only runs of this agent id.")
-@click.option(
-    "--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="Runs per page."
-)
-@click.option(
-    "--after",
-    default=None,
-    metavar="CURSOR",
-    help="Continue a previous listing: the cursor it printed.",
-)
+@page_options
 @db_option
 @json_option
 def list_runs(
@@ -76,56 +166,18 @@ def list_runs(
       stead runs list --status waiting --status needs_attention
       stead runs list --session customer-42 --json
     """
-
-    async def read(client: Client) -> tuple[list[Run], str | None, dict[str, float | None]]:
-        page = await client.list_runs(
-            session_id=session,
-            agent_id=agent,
-            status=list(statuses) or None,
-            after=after,
-            limit=limit,
-        )
-        found = list(page.runs)
-        costs = await client.costs([run.id for run in found])
-        return found, page.next_cursor, costs
-
-    found, cursor, costs = with_client(db, read)
-    if as_json:
-        emit_json(
-            {
-                "runs": [{**plain(run), "cost_usd": costs.get(run.id)} for run in found],
-                "next_cursor": cursor,
-            }
-        )
-        return
-    if not found:
-        filters = [f"status {' or '.join(statuses)}"] if statuses else []
-        filters += [f"session {session!r}"] if session else []
-        filters += [f"agent {agent!r}"] if agent else []
-        where = f" with {', '.join(filters)}" if filters else ""
-        print_out(safe_text(f"no runs{where} in {db}" + (" after that cursor" if after else "")))
-        return
-    mixed = any(run.kind != "agent" for run in found)  # agents beside tasks or graphs
-    print_out(
-        runs_table(found, costs, console.width, definition="definition" if mixed else "agent")
+    show_page(
+        db,
+        as_json,
+        command=["stead", "runs", "list"],
+        noun="runs",
+        statuses=statuses,
+        filters=[("--session", "session", session), ("--agent", "agent", agent)],
+        limit=limit,
+        after=after,
+        session_id=session,
+        agent_id=agent,
     )
-    if cursor is not None:
-        words = ["stead", "runs", "list"]
-        for status in statuses:
-            words += ["--status", status]
-        for flag, value in (("--session", session), ("--agent", agent)):
-            if value is not None:
-                words += [flag, value]
-        if limit != 50:
-            words += ["--limit", str(limit)]
-        words += ["--after", cursor, "--db", db]
-        print_out(
-            safe_text(
-                f"more runs than these {len(found)}; the next page: "
-                + " ".join(shlex.quote(w) for w in words),
-                one_line=True,
-            )
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from ..client import Client
 from ..errors import ValidationError
 from ..journal.records import Run, RunStatus
 from ._common import (
-    console,
     db_option,
     emit_json,
     fail,
@@ -42,13 +41,13 @@ from ._render import (
     plain,
     run_suggestions,
     run_summary,
-    runs_table,
     safe_text,
     short,
     status_text,
     zone_name,
 )
 from ._render_tasks import run_output, run_reason, stead_command, suggestion_block
+from .runs import next_page, page_options, show_page, status_option
 
 __all__ = ["graphs", "signal", "submit_task", "tasks"]
 
@@ -244,51 +243,12 @@ def signal(
 # -- listing task and graph runs -----------------------------------------------------------------
 
 
-def _status_option(fn: Any) -> Any:
-    return click.option(
-        "--status",
-        "statuses",
-        multiple=True,
-        type=click.Choice(STATUSES),
-        help="Only runs with this status (repeat for several).",
-    )(fn)
-
-
-def _page_options(fn: Any) -> Any:
-    fn = click.option(
-        "--after",
-        default=None,
-        metavar="CURSOR",
-        help="Continue a previous listing: the cursor it printed.",
-    )(fn)
-    return click.option(
-        "--limit",
-        default=50,
-        show_default=True,
-        type=click.IntRange(1, 1000),
-        help="Runs per page.",
-    )(fn)
-
-
-def _next_page(words: list[str], shown: int, limit: int, cursor: str, db: str) -> None:
-    if limit != 50:
-        words += ["--limit", str(limit)]
-    words += ["--after", cursor, "--db", db]
-    print_out(
-        safe_text(
-            f"more runs than these {shown}; the next page: "
-            + " ".join(shlex.quote(w) for w in words),
-            one_line=True,
-        )
-    )
-
-
 @click.command("tasks")
-@_status_option
+@status_option
 @click.option("--session", default=None, help="Only runs of this session.")
 @click.option("--task", "task_name", default=None, help="Only runs of this task.")
 @click.option("--parent", default=None, metavar="RUN_ID", help="Only the runs this run owns.")
-@_page_options
+@page_options
 @db_option
 @json_option
 def tasks(
@@ -310,47 +270,25 @@ def tasks(
       stead tasks --session t42 --json
     """
 
-    async def read(client: Client) -> tuple[list[Run], str | None, dict[str, float | None]]:
-        page = await client.list_runs(
-            session_id=session,
-            agent_id=task_name,
-            status=list(statuses) or None,
-            after=after,
-            limit=limit,
-            kind="task",
-            parent_id=parent,
-        )
-        found = list(page.runs)
-        return found, page.next_cursor, await client.costs([run.id for run in found])
-
-    found, cursor, costs = with_client(db, read)
-    if as_json:
-        emit_json(
-            {
-                "runs": [{**plain(run), "cost_usd": costs.get(run.id)} for run in found],
-                "next_cursor": cursor,
-            }
-        )
-        return
-    if not found:
-        filters = [f"status {' or '.join(statuses)}"] if statuses else []
-        filters += [f"session {session!r}"] if session else []
-        filters += [f"task {task_name!r}"] if task_name else []
-        filters += [f"parent {parent!r}"] if parent else []
-        where = f" with {', '.join(filters)}" if filters else ""
-        print_out(
-            safe_text(f"no task runs{where} in {db}" + (" after that cursor" if after else ""))
-        )
-        return
-    print_out(runs_table(found, costs, console.width, definition="task"))
-    if cursor is not None:
-        words = ["stead", "tasks"]
-        for status in statuses:
-            words += ["--status", status]
-        for flag, value in (("--session", session), ("--task", task_name), ("--parent", parent)):
-            if value is not None:
-                words += [flag, value]
-        _next_page(words, len(found), limit, cursor, db)
+    show_page(
+        db,
+        as_json,
+        command=["stead", "tasks"],
+        noun="task runs",
+        statuses=statuses,
+        filters=[
+            ("--session", "session", session),
+            ("--task", "task", task_name),
+            ("--parent", "parent", parent),
+        ],
+        limit=limit,
+        after=after,
+        definition="task",
+        session_id=session,
+        agent_id=task_name,
+        kind="task",
+        parent_id=parent,
+    )
 
 
 def _nodes(run: Run) -> list[dict[str, Any]]:
@@ -368,6 +306,19 @@ def _node_runs(children: Sequence[Run]) -> dict[str, Run]:
     }
 
 
+def _progress(run: Run, children: Sequence[Run]) -> tuple[int, int]:
+    """How many of a graph's nodes completed, and how many it has."""
+    nodes = _nodes(run)
+    runs = _node_runs(children)
+    done = sum(
+        1
+        for node in nodes
+        if (child := runs.get(str(node.get("id")))) is not None
+        and child.status == RunStatus.COMPLETED
+    )
+    return done, len(nodes)
+
+
 def _graphs_table(found: Sequence[Run], children: Mapping[str, Sequence[Run]]) -> Table:
     table = Table(
         Column("run", no_wrap=True),
@@ -381,18 +332,11 @@ def _graphs_table(found: Sequence[Run], children: Mapping[str, Sequence[Run]]) -
         pad_edge=False,
     )
     for run in found:
-        nodes = _nodes(run)
-        runs = _node_runs(children.get(run.id, ()))
-        done = sum(
-            1
-            for node in nodes
-            if (child := runs.get(str(node.get("id")))) is not None
-            and child.status == RunStatus.COMPLETED
-        )
+        done, total = _progress(run, children.get(run.id, ()))
         table.add_row(
             safe_text(run.id, one_line=True),
             status_text(run.status.value),
-            safe_text(f"{done}/{len(nodes)}"),
+            safe_text(f"{done}/{total}"),
             safe_text(run.session_id, one_line=True),
             safe_text(run.request_id, one_line=True),
             safe_text(local_time(run.created_at).rsplit(" ", 1)[0]),
@@ -405,9 +349,9 @@ _LIST_PARAMS = ("statuses", "session", "limit", "after", "db", "schema", "as_jso
 
 
 @click.group("graphs", invoke_without_command=True)
-@_status_option
+@status_option
 @click.option("--session", default=None, help="Only runs of this session.")
-@_page_options
+@page_options
 @db_option
 @json_option
 @click.pass_context
@@ -460,20 +404,8 @@ def graphs(
     if as_json:
         documents = []
         for run in found:
-            nodes = _nodes(run)
-            runs = _node_runs(children.get(run.id, ()))
-            documents.append(
-                {
-                    **plain(run),
-                    "nodes": len(nodes),
-                    "nodes_completed": sum(
-                        1
-                        for node in nodes
-                        if (child := runs.get(str(node.get("id")))) is not None
-                        and child.status == RunStatus.COMPLETED
-                    ),
-                }
-            )
+            done, total = _progress(run, children.get(run.id, ()))
+            documents.append({**plain(run), "nodes": total, "nodes_completed": done})
         emit_json({"runs": documents, "next_cursor": cursor})
         return
     if not found:
@@ -486,12 +418,15 @@ def graphs(
         return
     print_out(_graphs_table(found, children))
     if cursor is not None:
-        words = ["stead", "graphs"]
-        for status in statuses:
-            words += ["--status", status]
-        if session is not None:
-            words += ["--session", session]
-        _next_page(words, len(found), limit, cursor, db)
+        next_page(
+            ["stead", "graphs"],
+            statuses,
+            [("--session", "session", session)],
+            limit,
+            cursor,
+            db,
+            len(found),
+        )
 
 
 def _node_json(node: Mapping[str, Any], run: Run | None) -> dict[str, Any]:

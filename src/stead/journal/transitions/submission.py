@@ -212,61 +212,74 @@ def _version(version_of: VersionOf | None, what: str, name: str, version: str | 
     )
 
 
+def _accept(
+    tx: Tx,
+    command: Submit | SubmitTask | SubmitGraph,
+    *,
+    kind: str,
+    name: str,
+    version: str,
+    payload: JSON,
+    submitted: dict[str, JSON],
+    max_pending: int | None,
+) -> JSON:
+    """Insert the run a submission command asks for; ``submitted`` is what its digest (the
+    idempotency check) covers."""
+    run_id, ready = submit(
+        tx,
+        run_id=command.run_id,
+        session_id=command.session_id,
+        request_id=command.request_id,
+        agent_id=name,
+        version=version,
+        input=payload,
+        submission=digest({**submitted, "input": payload}),
+        enqueue=command.enqueue,
+        max_pending=max_pending,
+        kind=kind,
+    )
+    return {"run_id": run_id, "ready": ready}
+
+
 def _submit_task(
     tx: Tx, command: SubmitTask, version_of: VersionOf | None, max_pending: int | None
 ) -> JSON:
-    version = _version(version_of, "task", command.task, command.version)
-    payload = {"input": command.input}
-    run_id, ready = submit(
+    return _accept(
         tx,
-        run_id=command.run_id,
-        session_id=command.session_id,
-        request_id=command.request_id,
-        agent_id=command.task,
-        version=version,
-        input=payload,
-        submission=digest({"kind": "task", "task": command.task, "input": payload}),
-        enqueue=command.enqueue,
-        max_pending=max_pending,
+        command,
         kind="task",
+        name=command.task,
+        version=_version(version_of, "task", command.task, command.version),
+        payload={"input": command.input},
+        submitted={"kind": "task", "task": command.task},
+        max_pending=max_pending,
     )
-    return {"run_id": run_id, "ready": ready}
 
 
 def _submit_graph(tx: Tx, command: SubmitGraph, max_pending: int | None) -> JSON:
-    payload = {"nodes": command.nodes}
-    run_id, ready = submit(
+    return _accept(
         tx,
-        run_id=command.run_id,
-        session_id=command.session_id,
-        request_id=command.request_id,
-        agent_id="graph",
-        version="1",
-        input=payload,
-        submission=digest({"kind": "graph", "input": payload}),
-        enqueue=command.enqueue,
-        max_pending=max_pending,
+        command,
         kind="graph",
+        name="graph",
+        version="1",
+        payload={"nodes": command.nodes},
+        submitted={"kind": "graph"},
+        max_pending=max_pending,
     )
-    return {"run_id": run_id, "ready": ready}
 
 
 def _submit(tx: Tx, command: Submit, version_of: VersionOf | None, max_pending: int | None) -> JSON:
-    version = _version(version_of, "agent", command.agent_id, command.version)
-    payload = {"prompt": command.prompt}
-    run_id, ready = submit(
+    return _accept(
         tx,
-        run_id=command.run_id,
-        session_id=command.session_id,
-        request_id=command.request_id,
-        agent_id=command.agent_id,
-        version=version,
-        input=payload,
-        submission=digest({"kind": "agent", "agent_id": command.agent_id, "input": payload}),
-        enqueue=command.enqueue,
+        command,
+        kind="agent",
+        name=command.agent_id,
+        version=_version(version_of, "agent", command.agent_id, command.version),
+        payload={"prompt": command.prompt},
+        submitted={"kind": "agent", "agent_id": command.agent_id},
         max_pending=max_pending,
     )
-    return {"run_id": run_id, "ready": ready}
 
 
 def apply_posted(tx: Tx, command_id: int) -> InboxRow | None:
