@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -24,16 +21,9 @@ from stead.cli import main
 
 from ._processes import JsonLinesChild
 from ._task_app import app, graph_nodes, waiting_graph_nodes
+from .test_cli import as_json, error, ok, until
 
 TASK_APP = Path(__file__).with_name("_task_app.py")
-
-
-async def until(run: stead.RunHandle, status: stead.RunStatus) -> None:
-    for _ in range(1000):
-        if await run.status() is status:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"run never reached {status}: it is {await run.status()}")
 
 
 @dataclass(frozen=True)
@@ -80,41 +70,6 @@ def fresh(journal: Journal, tmp_path: Path) -> Journal:
         if source.exists():
             shutil.copy(source, tmp_path / f"stead.db{suffix}")
     return Journal(**{**journal.__dict__, "db": tmp_path / "stead.db"})
-
-
-def stead_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stead", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-    )
-
-
-def ok(*args: str) -> str:
-    done = stead_cli(*args)
-    assert done.returncode == 0, (args, done.stdout, done.stderr)
-    assert done.stderr == ""
-    return done.stdout
-
-
-def as_json(*args: str) -> Any:
-    return json.loads(ok(*args, "--json"))
-
-
-def error(*args: str, status: int = 1) -> str:
-    """Run a command that must fail: its one-line message on stderr, never a traceback."""
-    done = stead_cli(*args)
-    assert done.returncode == status, (args, done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr
-    if status == 1:
-        assert done.stdout == ""
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
-        assert lines[0].startswith("Error: ")
-    return done.stderr
 
 
 def finish(db: Path, run_id: str) -> stead.RunOutcome:
