@@ -42,3 +42,83 @@ async def test_a_sync_tool_declared_non_blocking_runs_on_the_loop(tmp_path: Path
 def test_blocking_must_be_a_bool() -> None:
     with pytest.raises(stead.ValidationError, match="blocking must be True or False"):
         stead.tool(blocking="no")(lambda: None)  # type: ignore[call-overload]
+
+
+# -- the worker threads themselves (stead._threads) ------------------------------------------
+
+
+async def test_a_worker_thread_returns_the_result_raises_the_error_and_sees_the_context() -> None:
+    import contextvars
+
+    from stead._threads import run_in_thread
+
+    current = contextvars.ContextVar("current", default="unset")
+    current.set("caller")
+
+    def boom() -> None:
+        raise KeyError("missing")
+
+    assert await run_in_thread(lambda a, b=0: a + b, 2, b=3) == 5
+    assert await run_in_thread(current.get) == "caller"
+    with pytest.raises(KeyError, match="missing"):
+        await run_in_thread(boom)
+
+
+async def test_the_warmest_idle_thread_takes_the_next_call() -> None:
+    """Calls one after another reuse one thread (its stack and caches are warm)."""
+    from stead._threads import run_in_thread
+
+    idents = {await run_in_thread(threading.get_ident) for _ in range(20)}
+    assert len(idents) == 1
+    assert threading.get_ident() not in idents
+
+
+async def test_calls_beyond_the_thread_limit_wait_for_a_free_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_THREADS a call waits in the backlog; every call still runs, once, and no more
+    threads start than the limit."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "MAX_THREADS", 3)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def work(n: int) -> int:
+        release.wait(10)
+        ran.append(n)
+        return n
+
+    calls = [_threads.run_in_thread(work, n) for n in range(10)]
+    await asyncio.sleep(0.05)
+    assert _threads._pool.threads == 3
+    assert len(_threads._pool.backlog) == 7
+    release.set()
+    assert await asyncio.gather(*calls) == list(range(10))
+    assert sorted(ran) == list(range(10))
+    assert _threads._pool.threads == 3
+
+
+async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:
+    import asyncio
+
+    from stead._threads import run_in_thread
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        return "late"
+
+    waiting = asyncio.ensure_future(run_in_thread(slow))
+    await asyncio.to_thread(started.wait, 10)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    assert await run_in_thread(lambda: "next") == "next"

@@ -7,7 +7,6 @@ hidden from the model.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import types
 import typing
@@ -17,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import pydantic
 
+from .._threads import run_in_thread
 from ..errors import ValidationError, shown
 from ..journal.records import RECOVERY_POLICIES, Recovery
 from ..messages import ToolSpec
@@ -135,7 +135,7 @@ class Tool:
             return await self.fn(**kwargs)
         if not self.blocking:
             return self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+        return await run_in_thread(self.fn, **kwargs)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (outside any run; nothing is journaled)."""
@@ -219,7 +219,8 @@ def tool(
     without finishing, the run goes to ``needs_attention`` instead of crashing once more.
 
     A synchronous function runs in a worker thread, so a tool that waits on the network never
-    stalls other runs; handing it over costs tens of microseconds. ``blocking=False`` declares
+    stalls other runs; handing it over costs tens of microseconds, and at most 32 such calls
+    run at once in a process (more wait for a free thread). ``blocking=False`` declares
     that it never waits (pure computation, an in-memory lookup): it then runs on the event loop
     itself, without the hand-off. Async functions always run on the loop.
     """

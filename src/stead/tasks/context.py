@@ -29,6 +29,7 @@ from pydantic import TypeAdapter
 from .._clock import iso
 from .._ids import jitter, new_token
 from .._json import JSON, NotJSONError, to_json
+from .._threads import run_in_thread
 from ..errors import (
     LeaseLostError,
     RunCancelled,
@@ -248,7 +249,7 @@ class TaskContext:
                 if inspect.iscoroutinefunction(fn):
                     value = await fn(*args, **call_kwargs)
                 else:
-                    value = await asyncio.to_thread(fn, *args, **call_kwargs)
+                    value = await run_in_thread(fn, *args, **call_kwargs)
                     if inspect.isawaitable(value):
                         value = await value
             except Exception as exc:
