@@ -295,3 +295,46 @@ async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_pa
     finally:
         conn.close()
     assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
+
+
+@pytest.mark.parametrize("recovery", ["manual", "idempotent"])
+async def test_a_side_effects_result_is_on_disk_before_the_next_model_call(
+    db: str, recovery: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent loop does not wait for a tool's result on its own: the result shares a commit
+    with the next model call's intent. The model is still called only after a disk flush that
+    covered the committed result."""
+    from stead.store.sqlite.store import SqliteStore
+
+    flushed_with_result: list[bool] = []
+    real_sync = SqliteStore._sync_wal
+
+    def sync(store: SqliteStore) -> None:
+        reader = sqlite3.connect(db)  # what is committed now is what this flush makes durable
+        row = reader.execute(
+            "SELECT status FROM stead_operations WHERE key = 'tool:1:c1'"
+        ).fetchone()
+        reader.close()
+        real_sync(store)
+        flushed_with_result.append(row is not None and row[0] == "completed")
+
+    monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
+    seen_at_turn_2: list[bool] = []
+
+    class Watching(ScriptedModel):
+        async def complete(self, request: stead.ModelRequest) -> stead.ModelResponse:
+            if request.turn == 2:
+                seen_at_turn_2.append(any(flushed_with_result))
+            return await super().complete(request)
+
+    @stead.tool(recovery=recovery)  # type: ignore[call-overload]
+    def charge(amount: int) -> str:
+        """Charge a card."""
+        return f"charged {amount}"
+
+    model = Watching([[stead.ToolCall(name="charge", arguments={"amount": 5}, id="c1")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[charge])])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+    assert seen_at_turn_2 == [True]

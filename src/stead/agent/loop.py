@@ -636,6 +636,9 @@ async def _journal_tool(
         stored={"tool": call.name, "call_id": call_id},
         describe=f" (tool {call.name!r})",
         max_attempts=max_attempts,
+        # What the loop does next outside memory is its next model call, whose intent shares
+        # the commit of this result and waits for its disk flush (RunContext.operation).
+        settle=False,
     )
     return result
 

@@ -66,6 +66,9 @@ class RunContext:
         self._created = len(operations)
         self._position = max((op.position for op in operations), default=0) + 1
         self._keys: set[str] = set()
+        #: The commit of a side effect's result that the run did not wait for (``settle=False``):
+        #: the next effect waits for it before it starts.
+        self._unsettled: asyncio.Future[Any] | None = None
 
     # -- small doors -------------------------------------------------------------------------
 
@@ -141,6 +144,7 @@ class RunContext:
         describe: str = "",
         max_attempts: int = 3,
         stored: JSON | None = None,
+        settle: bool = True,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -152,6 +156,12 @@ class RunContext:
         operation that keeps killing the process is not sent once more. ``stored`` is what the
         journal keeps of the input when part of it is journaled elsewhere already (default: all
         of it); the input hash that replay compares always covers the whole input.
+
+        A non-``safe`` operation's result is on disk before this returns, unless ``settle`` is
+        False: then it returns once the result is queued, and the run's next effect, and every
+        write the run waits for after it (commits are delivered in order), waits for that disk
+        flush. For a caller whose next step outside memory is another operation (the agent
+        loop: its next model call), so the result and the next intent share one commit.
         """
         run_id = self.run.id
         input_text, input_hash = self._use_key(key, kind, input)
@@ -221,6 +231,9 @@ class RunContext:
             # since the intent committed, and another may have taken the run over: the
             # effect starts only while the claim is still this execution's.
             await self._store.hold()
+        if self._unsettled is not None:  # a side effect's result the run builds on
+            await self._unsettled
+            self._unsettled = None
         result = await execute(attempt)
         if boundaries.hook is not None:
             boundaries.hook("effect_done", key)
@@ -254,7 +267,9 @@ class RunContext:
             "barrier" if recovery != "safe" else "lazy",
         )
         del self.in_flight[key]
-        if recovery != "safe":
+        if recovery != "safe" and not settle:
+            self._unsettled = written
+        elif recovery != "safe":
             # Result after: the run builds on a side effect's result only once it is on disk,
             # so a crash can never leave an effect the run already acted on uncertain.
             await written
