@@ -366,7 +366,15 @@ async def test_a_child_agent_run_is_owned_and_keyed(db: object) -> None:
         summary = await ctx.run_agent("summarizer", prompt=text)
         doubled = await ctx.run_task("double", 21)
         await ctx.wait_for_signal("go")  # a replay after this returns the same children
-        return {"summary": summary.output, "double": doubled.output, "child": summary.run_id}
+        return {
+            "summary": summary.output,
+            "double": doubled.output,
+            "child": summary.run_id,
+            # The agent child's own messages (its journal), the same on the replay.
+            "messages": [type(m).__name__ for m in summary.messages],
+            "texts": [getattr(m, "content", getattr(m, "text", None)) for m in summary.messages],
+            "task_messages": list(doubled.messages),
+        }
 
     @stead.task(name="double")
     async def double(ctx: stead.TaskContext, n: int) -> int:
@@ -380,6 +388,9 @@ async def test_a_child_agent_run_is_owned_and_keyed(db: object) -> None:
         output = (await run.result(timeout=10)).output
         children = (await runtime.list_runs(parent_id=run.id)).runs
     assert output["summary"] == "short" and output["double"] == 42
+    assert output["messages"] == ["UserMessage", "AssistantMessage"]
+    assert output["texts"] == ["long text", "short"]
+    assert output["task_messages"] == []
     assert sorted((c.kind, c.agent_id, c.request_id) for c in children) == [
         ("agent", "summarizer", "agent:summarizer"),
         ("task", "double", "task:double"),

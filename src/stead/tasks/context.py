@@ -28,8 +28,9 @@ from pydantic import TypeAdapter
 
 from .._clock import iso
 from .._ids import jitter, new_token
-from .._json import JSON, NotJSONError, to_json
+from .._json import JSON, NotJSONError, loads, to_json
 from .._threads import run_in_thread
+from ..agent.history import own_messages
 from ..errors import (
     LeaseLostError,
     RunCancelled,
@@ -42,8 +43,9 @@ from ..errors import (
 )
 from ..journal import transitions
 from ..journal.keys import child_run_id, numbered, scoped
-from ..journal.records import RECOVERY_POLICIES, Recovery
-from ..messages import Usage
+from ..journal.protocol import Tx
+from ..journal.records import RECOVERY_POLICIES, Recovery, RunStatus
+from ..messages import Usage, message_from_json
 from ..runtime.context import RunContext
 from ..runtime.control import Stop, Waiting
 
@@ -408,7 +410,8 @@ class TaskContext:
         self, agent_id: str, prompt: str, *, key: str | None = None, version: str | None = None
     ) -> Any:
         """Run an agent as an owned child run (its own session, in this run's tree) and return
-        its :class:`~stead.RunOutcome`; raises :class:`stead.RunFailed` or
+        its :class:`~stead.RunOutcome` (``output``, the child's own ``messages`` from its prompt
+        to its final answer, ``usage``); raises :class:`stead.RunFailed` or
         :class:`stead.RunCancelled` as the child ended. The run waits without holding a slot;
         cancelling it cancels the child."""
         if not isinstance(prompt, str) or not prompt.strip():
@@ -472,7 +475,7 @@ class TaskContext:
             ),
         )
         if op is not None and op.status == "completed":
-            return self._child_result(op.result)
+            return await self._child_result(op.result)
         if op is not None:
             stored = op.input
             child_id = str(op.input.get("run_id", child_id))
@@ -487,7 +490,7 @@ class TaskContext:
                 "error_kind": child.error_kind,
             }
             await self._ctx.close_wait(op_key, "child", stored, result)
-            return self._child_result(result)
+            return await self._child_result(result)
         state = child.status.value if child is not None else "missing"
         raise Waiting(
             f"child run {child_id} ({kind} {definition!r}) at {op_key} is {state}",
@@ -496,7 +499,7 @@ class TaskContext:
             children={child_id: tuple(settle)},
         )
 
-    def _child_result(self, result: JSON) -> Any:
+    async def _child_result(self, result: JSON) -> Any:
         from ..handle import RunOutcome
 
         status = result.get("status")
@@ -509,10 +512,13 @@ class TaskContext:
             )
         if status == "cancelled":
             raise RunCancelled(run_id, result.get("reason"))
+        # An agent child's own messages are in its journal, which a completed run no longer
+        # changes: read the same ones on every replay.
+        bodies = await self._ctx.read(lambda tx: _own_messages(tx, run_id))
         return RunOutcome(
             run_id=run_id,
             output=result.get("output"),
-            messages=(),
+            messages=tuple(message_from_json(loads(body)) for body in bodies),
             usage=Usage.from_json(result.get("usage") or {}),
         )
 
@@ -582,3 +588,12 @@ def _merged(waits: list[Waiting]) -> Waiting:
         signals=signals,
         children=children,
     )
+
+
+def _own_messages(tx: Tx, run_id: str) -> list[str]:
+    """The messages a completed agent run added (prompt through final answer), as canonical
+    JSON; none for a task or graph."""
+    run = tx.get_run(run_id)
+    if run is None or run.kind != "agent" or run.status != RunStatus.COMPLETED:
+        return []
+    return own_messages(tx, run, tx.operations(run_id))
