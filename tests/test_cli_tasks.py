@@ -133,9 +133,9 @@ def test_submit_task_is_pending_until_a_runtime_runs_it(fresh: Journal) -> None:
     # a different one under the same request id is a conflict
     assert "different submission" in error(*submit, "--input", "2", "--version", "1")
     # with no runtime to pick the latest version, the command says which option to pass
-    assert "--version" in error(
-        "submit-task", "echo", "--session", "x", "--request", "r", "--db", db
-    )
+    said = error("submit-task", "echo", "--session", "x", "--request", "r", "--db", db)
+    assert "pass --version V" in said and "task 'echo'" in said
+    assert "version=..." not in said  # the library's spelling is not the CLI's
 
     assert finish(fresh.db, run_id).output == {"a": [1, "two"]}
     assert as_json("runs", "show", run_id, "--db", db)["run"]["status"] == "completed"

@@ -266,3 +266,16 @@ async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> N
         rows = conn.execute("SELECT command FROM stead_inbox").fetchall()
         conn.close()
     assert len(rows) == 1 and '"s2"' in rows[0][0]
+
+
+async def test_a_client_without_a_runtime_names_the_version_parameter(tmp_path: Path) -> None:
+    """No runtime owns the store, so none picks the latest version: the error says to pass
+    ``version=`` and names the parameter for callers that spell it otherwise."""
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["ok"]))
+    store = stead.SqliteStore(tmp_path / "idle.db")
+    async with await stead.App(agents=[agent]).open(store):
+        pass
+    async with stead.Client(stead.SqliteStore(tmp_path / "idle.db")) as client:
+        with pytest.raises(stead.ValidationError, match=r"pass version=\.\.\.") as caught:
+            await client.submit("a", session_id="s", request_id="r", prompt="go")
+    assert caught.value.parameter == "version"

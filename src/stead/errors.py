@@ -73,7 +73,15 @@ class SteadError(Exception):
 
 
 class ValidationError(SteadError, ValueError):
-    """A public entry point was given input it cannot accept. Nothing was written."""
+    """A public entry point was given input it cannot accept. Nothing was written.
+
+    ``parameter`` names the argument at fault where one alone is (``"version"``, say), so that
+    a caller with other names for its arguments (the CLI's options) can say it its own way;
+    ``None`` otherwise."""
+
+    def __init__(self, message: str = "", *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 class NotFoundError(SteadError, LookupError):

@@ -153,9 +153,11 @@ def submit_task(
                 version=task_version,
             )
         except ValidationError as exc:
-            # With no runtime to pick the latest version, the library asks for ``version=``.
-            if task_version is None and "pass version=..." in str(exc):
-                raise fail(str(exc).replace("pass version=...", "pass --version V")) from None
+            if exc.parameter == "version":  # no runtime to pick the latest version
+                raise fail(
+                    f"no worker owns this store to pick the latest version of task {task!r}; "
+                    "pass --version V (see `stead tasks`), or submit while a worker runs"
+                ) from None
             raise
         return await client.run_record(handle.id)
 

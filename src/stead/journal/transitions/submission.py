@@ -208,7 +208,8 @@ def _version(version_of: VersionOf | None, what: str, name: str, version: str | 
         return version
     raise ValidationError(
         f"no runtime owns this store to pick the latest version of {what} {name!r}; pass "
-        "version=... or submit while a runtime runs"
+        "version=... or submit while a runtime runs",
+        parameter="version",
     )
 
 
