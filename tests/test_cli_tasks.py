@@ -362,3 +362,30 @@ def test_runs_events_of_a_task_reads_as_its_steps_signals_and_children(journal: 
     assert "manager #1 (request m1)" in out
     assert "child_started" in out and "child_completed" in out
     assert " → completed" in out
+
+
+def test_runs_events_say_when_a_newer_version_took_a_run_over(tmp_path: Path) -> None:
+    @stead.task(name="job", version=1)
+    async def job_v1(ctx: stead.TaskContext, n: int) -> int:
+        await ctx.wait_for_signal("go")
+        return n
+
+    @stead.task(name="job", version=2, migrate=lambda version, n: n + 100)
+    async def job_v2(ctx: stead.TaskContext, n: int) -> int:
+        await ctx.wait_for_signal("go")
+        return n
+
+    async def make(db: Path) -> str:
+        async with await stead.App(tasks=[job_v1]).open(stead.SqliteStore(db)) as runtime:
+            run = await runtime.submit_task("job", 1, session_id="s", request_id="r")
+            await until(run, stead.RunStatus.WAITING)
+        async with await stead.App(tasks=[job_v2]).open(stead.SqliteStore(db)) as runtime:
+            await runtime.get_run(run.id).signal("go", True, request_id="g")
+            assert (await runtime.get_run(run.id).result(timeout=10)).output == 101
+        return run.id
+
+    db = tmp_path / "versions.db"
+    run_id = asyncio.run(make(db))
+    assert "running, migrated from version 1" in ok("runs", "events", run_id, "--db", str(db))
+    shown = as_json("runs", "show", run_id, "--db", str(db))["run"]
+    assert (shown["version"], shown["input"]) == ("2", {"input": 101})

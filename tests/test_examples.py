@@ -68,6 +68,13 @@ EXPECTED: dict[str, list[str]] = {
         "completed meanwhile: ['node:history', 'node:sights', 'node:write']",
         "review: {'verdict': 'approved', 'style': 'short'",
     ],
+    "task_versions.py": [
+        "version 1: charged ['A-1'], waiting for the warehouse",
+        "the run is on version 2 now (migrated from version 1)",
+        "its input: {'order': 'A-1', 'gift_wrap': False}",
+        "outcome: A-1: receipt-A-1, shipped",
+        "charges made: 1",
+    ],
     "schedules.py": [
         "monday: slot:2026-11-30T09:00:00.000+00:00 -> sales report for EMEA",
         "after the downtime: slot:2026-12-03T09:00:00.000+00:00 -> sales report for EMEA",

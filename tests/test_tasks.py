@@ -565,6 +565,149 @@ async def test_a_run_is_pinned_to_its_task_version(db: object) -> None:
         assert (await handle.result(timeout=10)).output == "v1"
 
 
+class OrderV2(BaseModel):
+    order: str
+    priority: int
+
+
+async def test_a_newer_version_migrates_unfinished_runs_of_an_older_one(db: object) -> None:
+    """v1 is gone; v2 declares migrate: the waiting v1 run is re-pinned to v2 with the input
+    migrate gives, replays its journal under v2's code (the committed effect is not run again)
+    and finishes there. The running status event says where it came from."""
+    charged: list[str] = []
+
+    async def charge(order: str) -> str:
+        charged.append(order)
+        return f"receipt-{order}"
+
+    @stead.task(name="fulfil", version=1)
+    async def fulfil_v1(ctx: stead.TaskContext, order: str) -> str:
+        receipt = await ctx.effect("charge", charge, order, recovery="idempotent")
+        await ctx.wait_for_signal("shipped")
+        return f"v1 {receipt}"
+
+    def from_v1(version: str, input: Any) -> dict[str, Any]:
+        assert version == "1"
+        return {"order": input, "priority": 1}
+
+    @stead.task(name="fulfil", version=2, migrate=from_v1)
+    async def fulfil_v2(ctx: stead.TaskContext, order: OrderV2) -> str:
+        receipt = await ctx.effect("charge", charge, order.order, recovery="idempotent")
+        await ctx.wait_for_signal("shipped")
+        return f"v2 {receipt} priority {order.priority}"
+
+    async with await stead.App(tasks=[fulfil_v1]).open(open_store(db)) as runtime:
+        run = await runtime.submit_task("fulfil", "A-1", session_id="s", request_id="r")
+        await wait_status(run, "waiting")
+    async with await stead.App(tasks=[fulfil_v2]).open(open_store(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        await handle.signal("shipped", True, request_id="sig")
+        outcome = await handle.result(timeout=10)
+        record = await handle.run()
+    assert outcome.output == "v2 receipt-A-1 priority 1"
+    assert charged == ["A-1"]
+    assert (record.version, record.input) == ("2", {"input": {"order": "A-1", "priority": 1}})
+    running = [
+        e.data
+        for e in journal_events(db, run.id)  # type: ignore[arg-type]
+        if e.kind == "status" and e.data["status"] == "running"
+    ]
+    assert [d.get("migrated_from") for d in running] == [None, "1"]
+
+
+async def test_a_migration_that_refuses_leaves_the_run_as_it_was(db: object) -> None:
+    """migrate raises, or returns an input the new version does not take: the run stays on
+    its version and input, in needs_attention with the reason; fixed, retry() takes it on."""
+
+    @stead.task(name="job", version=1)
+    async def job_v1(ctx: stead.TaskContext, n: int) -> int:
+        await ctx.wait_for_signal("go")
+        return n
+
+    def refuse(version: str, input: Any) -> Any:
+        raise LookupError(f"no rule for version {version}")
+
+    def wrong(version: str, input: Any) -> Any:
+        return "not a number"
+
+    def right(version: str, input: Any) -> Any:
+        return input * 10
+
+    def v2(migrate: Any) -> stead.Task:
+        @stead.task(name="job", version=2, migrate=migrate)
+        async def job_v2(ctx: stead.TaskContext, n: int) -> int:
+            await ctx.wait_for_signal("go")
+            return n + 1
+
+        return job_v2
+
+    async with await stead.App(tasks=[job_v1]).open(open_store(db)) as runtime:
+        run = await runtime.submit_task("job", 4, session_id="s", request_id="r")
+        await wait_status(run, "waiting")
+    async with await stead.App(tasks=[v2(refuse)]).open(open_store(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        await handle.signal("go", 1, request_id="g")
+        record = await wait_status(handle, "needs_attention")
+        assert (
+            "migrate of task 'job' version 2 refused a run of version '1'"
+            in (record.error["reason"])
+        )
+        assert "LookupError: no rule for version 1" in record.error["reason"]
+        assert (record.version, record.input) == ("1", {"input": 4})
+    async with await stead.App(tasks=[v2(wrong)]).open(open_store(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        await handle.retry()
+        record = await wait_status(handle, "needs_attention")
+        assert "returned an input this version does not take" in record.error["reason"]
+        assert (record.version, record.input) == ("1", {"input": 4})
+    async with await stead.App(tasks=[v2(right)]).open(open_store(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        await handle.retry()
+        assert (await handle.result(timeout=10)).output == 41
+
+
+async def test_a_migration_that_no_longer_matches_the_journal_needs_attention(
+    db: object,
+) -> None:
+    """migrate carries the input; the journal must still match the new code. A v2 that runs a
+    different effect at a committed key stops at it, as any changed definition does."""
+
+    @stead.task(name="job", version=1)
+    async def job_v1(ctx: stead.TaskContext) -> str:
+        await ctx.step("fetch", lambda: "v1 data")
+        await ctx.wait_for_signal("go")
+        return "v1"
+
+    @stead.task(name="job", version=2, migrate=lambda version, input: input)
+    async def job_v2(ctx: stead.TaskContext) -> str:
+        await ctx.step("fetch", lambda: "v2 data", 2)
+        await ctx.wait_for_signal("go")
+        return "v2"
+
+    async with await stead.App(tasks=[job_v1]).open(open_store(db)) as runtime:
+        run = await runtime.submit_task("job", session_id="s", request_id="r")
+        await wait_status(run, "waiting")
+    async with await stead.App(tasks=[job_v2]).open(open_store(db)) as runtime:
+        handle = runtime.get_run(run.id)
+        await handle.signal("go", 1, request_id="g")
+        record = await wait_status(handle, "needs_attention")
+    assert "definition changed at operation fetch" in record.error["reason"]
+    assert record.version == "2"
+
+
+def test_migrate_is_checked_when_a_task_is_declared() -> None:
+    async def job(ctx: stead.TaskContext) -> None: ...
+
+    async def coroutine(version: str, input: Any) -> Any: ...
+
+    with pytest.raises(stead.ValidationError, match="cannot be async"):
+        stead.task(name="job", version=2, migrate=coroutine)(job)
+    with pytest.raises(stead.ValidationError, match="must be a plain function"):
+        stead.task(name="job", version=2, migrate="v1")(job)  # type: ignore[arg-type]
+    with pytest.raises(stead.ValidationError, match="must take two arguments"):
+        stead.task(name="job", version=2, migrate=lambda input: input)(job)  # type: ignore[arg-type]
+
+
 async def test_bad_task_input_is_refused_before_anything_is_written(db: object) -> None:
     @stead.task(name="triage")
     async def triage(ctx: stead.TaskContext, ticket: Ticket) -> str:

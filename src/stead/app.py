@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ._json import JSON
 from .agent.agent import Agent
 from .agent.definition import AgentDefinition
 from .errors import NotFoundError, StorageError, ValidationError, shown
@@ -153,6 +154,21 @@ class App:
             return TaskDefinition(found, self) if found is not None else None
         agent = self._agents.items.get((run.agent_id, run.version))
         return AgentDefinition(agent, self.prices) if agent is not None else None
+
+    def migration(self, run: Run) -> tuple[str, JSON] | None:
+        """A task run whose version is not registered here goes to the latest registered
+        version of its task, if that version declares ``migrate``: that version and the input
+        ``migrate`` gives (:class:`ValidationError` when it refuses). ``None`` otherwise."""
+        if run.kind != "task" or (run.agent_id, run.version) in self._tasks.items:
+            return None
+        latest = self._tasks.latest.get(run.agent_id)
+        if latest is None:
+            return None
+        task = self._tasks.items[(run.agent_id, latest)]
+        if task.migrate is None:
+            return None
+        stored = run.input.get("input") if isinstance(run.input, dict) else None
+        return task.version, {"input": task.migrated_input(run.version, stored)}
 
     def version_of(self, name: str, version: str | None) -> str:
         """The version a new run of the agent or task ``name`` is pinned to (the latest

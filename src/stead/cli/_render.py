@@ -696,6 +696,8 @@ def describe(event: Event) -> Text:
     if event.kind == "status":
         extra = ", resumed after a stop" if data.get("resumed") else ""
         extra += ", retried" if data.get("retried") else ""
+        migrated = data.get("migrated_from")
+        extra += f", migrated from version {migrated}" if migrated else ""
         at = line(" at ", data["operation"]) if data.get("operation") else ""
         resolved = (
             line(" (", data["resolved"], " resolved by hand)") if data.get("resolved") else ""

@@ -130,6 +130,9 @@ class StatusChanged(Payload):
     retried: bool | None = None
     #: What made a waiting run go on: ``signal:NAME``, ``child:RUN_ID``.
     woken_by: str | None = None
+    #: On ``running``: the version a task run was recorded under, when a newer version's
+    #: ``migrate`` took it over in this transition.
+    migrated_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,3 +41,9 @@ class Registry(Protocol):
     """Where the runtime finds the definition of a run (an :class:`~stead.App`)."""
 
     def definition(self, run: Run) -> Definition | None: ...
+
+    def migration(self, run: Run) -> tuple[str, JSON] | None:
+        """For a run whose version is not registered: the version that takes it over and the
+        run's input for it, or ``None``; raises :class:`~stead.ValidationError` saying why a
+        migration refused it."""
+        ...

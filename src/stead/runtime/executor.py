@@ -77,6 +77,7 @@ class Executor:
                 transitions.begin,
                 run_id=run_id,
                 registered=lambda run: registry.definition(run) is not None,
+                migration=registry.migration,
             )
         )
         if begun is None:

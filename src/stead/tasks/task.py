@@ -21,6 +21,9 @@ from ..errors import ValidationError, shown
 __all__ = ["Task", "task"]
 
 TaskFn = Callable[..., Awaitable[Any]]
+#: ``migrate(version, input)``: the input, as this version takes it, of a run recorded under an
+#: older ``version`` whose code is no longer registered.
+Migrate = Callable[[str, JSON], Any]
 
 
 class Task:
@@ -28,7 +31,14 @@ class Task:
     with ``runtime.submit_task(name, input, ...)`` or start it from another task with
     ``ctx.run_task(name, input)``."""
 
-    def __init__(self, fn: TaskFn, *, name: str | None = None, version: int | str = 1) -> None:
+    def __init__(
+        self,
+        fn: TaskFn,
+        *,
+        name: str | None = None,
+        version: int | str = 1,
+        migrate: Migrate | None = None,
+    ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ValidationError(
                 f"@stead.task needs an async def function, got {shown(fn)}; write "
@@ -39,6 +49,7 @@ class Task:
         if "/" in self.name or "#" in self.name:
             raise ValidationError(f"task name {self.name!r} may not contain '/' or '#'")
         self.version = _version(self.name, version)
+        self.migrate = _migrate(self.name, migrate)
         params = list(inspect.signature(fn).parameters.values())
         positional = [
             p
@@ -99,6 +110,26 @@ class Task:
                 "nothing was submitted"
             ) from None
 
+    def migrated_input(self, version: str, stored: JSON) -> JSON:
+        """The input of a run recorded under ``version`` (not registered any more), carried
+        onto this version by its ``migrate``; :class:`ValidationError` saying why not."""
+        if self.migrate is None:
+            raise ValidationError(f"task {self.name!r} version {self.version} has no migrate")
+        try:
+            value = self.migrate(version, stored)
+        except Exception as exc:
+            raise ValidationError(
+                f"migrate of task {self.name!r} version {self.version} refused a run of version "
+                f"{version!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            return self.input_json(value)
+        except ValidationError as exc:
+            raise ValidationError(
+                f"migrate of task {self.name!r} version {self.version} returned an input this "
+                f"version does not take, for a run of version {version!r}: {exc}"
+            ) from None
+
     def input_value(self, stored: JSON) -> Any:
         """The task's argument from the JSON its run keeps."""
         return self._input.validate_python(stored) if self._input is not None else stored
@@ -123,6 +154,27 @@ def _version(name: str, version: object) -> str:
     return require_id(f"task {name!r} version", version)
 
 
+def _migrate(name: str, migrate: object) -> Migrate | None:
+    if migrate is None:
+        return None
+    if not callable(migrate) or inspect.iscoroutinefunction(migrate):
+        raise ValidationError(
+            f"task {name!r}: migrate must be a plain function (version, input) -> input, got "
+            f"{shown(migrate)}; it runs inside the transaction that starts the run, so it "
+            "cannot be async"
+        )
+    try:
+        inspect.signature(migrate).bind("1", None)
+    except TypeError:
+        raise ValidationError(
+            f"task {name!r}: migrate must take two arguments, the run's recorded version and "
+            f"its input, as in `def migrate(version, input): ...`; got {shown(migrate)}"
+        ) from None
+    except ValueError:  # a builtin without a signature: let a call tell
+        pass
+    return migrate
+
+
 def _hints(fn: TaskFn) -> dict[str, Any]:
     try:
         import typing
@@ -145,11 +197,18 @@ def task(fn: TaskFn, /) -> Task: ...
 
 
 @overload
-def task(*, name: str | None = None, version: int | str = 1) -> Callable[[TaskFn], Task]: ...
+def task(
+    *, name: str | None = None, version: int | str = 1, migrate: Migrate | None = None
+) -> Callable[[TaskFn], Task]: ...
 
 
 def task(
-    fn: TaskFn | None = None, /, *, name: str | None = None, version: int | str = 1
+    fn: TaskFn | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: int | str = 1,
+    migrate: Migrate | None = None,
 ) -> Task | Callable[[TaskFn], Task]:
     """Register an ``async def`` as a durable task::
 
@@ -159,7 +218,17 @@ def task(
     ``name`` defaults to the function's name. A run is pinned to the version it was submitted
     with; give a changed task a new version and keep the old one registered while its runs
     finish.
+
+    ``migrate(version, input)`` lets this version take over unfinished runs of older versions
+    that are no longer registered: when such a run is next started, and this is the latest
+    registered version of the task, the run is re-pinned to this version with the input
+    ``migrate`` returns (validated as a submission's), and replays its journal under this code —
+    committed steps and effects whose keys and inputs still match are not run again; one that
+    does not match stops the run in ``needs_attention``, as any changed definition does. An
+    exception from ``migrate`` (or an input this version does not take) leaves the run as it
+    was, in ``needs_attention`` with the reason. It runs inside the transaction that starts
+    the run: keep it a plain, quick function of its arguments.
     """
     if fn is not None:
-        return Task(fn, name=name, version=version)
-    return lambda function: Task(function, name=name, version=version)
+        return Task(fn, name=name, version=version, migrate=migrate)
+    return lambda function: Task(function, name=name, version=version, migrate=migrate)

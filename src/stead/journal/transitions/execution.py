@@ -10,7 +10,7 @@ from typing import Any
 
 from ..._clock import iso
 from ..._json import JSON, digest, storable_text
-from ...errors import StorageError
+from ...errors import StorageError, ValidationError
 from ..events import (
     InteractionRequested,
     Payload,
@@ -44,9 +44,16 @@ class Begun:
     interactions: list[Interaction]
 
 
-def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | None:
+def begin(
+    tx: Tx,
+    run_id: str,
+    registered: Callable[[Run], bool],
+    migration: Callable[[Run], tuple[str, JSON] | None] | None = None,
+) -> Begun | None:
     """Claim a runnable run for execution (``running``) and read its journal; ``None`` if it
-    is not runnable. A run whose definition is not ``registered`` goes to needs_attention."""
+    is not runnable. A run whose definition is not ``registered`` is re-pinned to the version
+    and input ``migration`` gives it (a task's ``migrate``), or else goes to needs_attention
+    (with the reason a migration refused it)."""
     current = tx.get_run(run_id)
     if current is None:
         return None
@@ -57,19 +64,28 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
     )
     if current.status.value not in RUNNABLE_STATUSES and not due:
         return None
+    fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
+    migrated_from: str | None = None
     if not registered(current):
-        stop(
-            tx,
-            run_id,
-            RunStatus.NEEDS_ATTENTION,
+        reason = (
             f"{current.kind} {current.agent_id!r} version {current.version!r} is not "
             "registered in this runtime; register that version (App.register) and retry() "
-            "the run",
-            None,
-            kind="needs_attention",
+            "the run"
         )
-        return None
-    fields: dict[str, object] = {"status": RunStatus.RUNNING, "next_attempt_at": None}
+        moved = None
+        if migration is not None:
+            try:
+                moved = migration(current)
+            except ValidationError as refused:
+                reason = (
+                    f"{refused}; fix migrate (or register version {current.version!r}) and "
+                    "retry() the run"
+                )
+        if moved is None:
+            stop(tx, run_id, RunStatus.NEEDS_ATTENTION, reason, None, kind="needs_attention")
+            return None
+        migrated_from = current.version
+        fields["version"], fields["input"] = moved
     if current.started_at is None:
         fields["started_at"] = tx.now()
     if current.history_length is None and current.kind != "agent":
@@ -85,7 +101,11 @@ def begin(tx: Tx, run_id: str, registered: Callable[[Run], bool]) -> Begun | Non
     tx.update_run(run_id, **fields)
     tx.append_event(
         run_id,
-        StatusChanged(status="running", resumed=current.status == RunStatus.RUNNING),
+        StatusChanged(
+            status="running",
+            resumed=current.status == RunStatus.RUNNING,
+            migrated_from=migrated_from,
+        ),
     )
     run = tx.get_run(run_id)
     if run is None:  # pragma: no cover - the row was just updated

@@ -109,9 +109,11 @@ UPDATABLE_RUN_FIELDS = frozenset(
         "finished_at",
         "next_attempt_at",
         "error_kind",
+        "version",  # a task run taken over by a newer version's migrate
+        "input",
     }
 )
-JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage"})
+JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage", "input"})
 
 
 def time_of(value: str | None) -> datetime | None:

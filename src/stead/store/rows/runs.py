@@ -106,8 +106,8 @@ class RunRows(SqlBase):
         for name, value in fields.items():
             if name not in UPDATABLE_RUN_FIELDS:
                 raise ValueError(f"stead_runs.{name} cannot be updated")
-            if name in JSON_RUN_FIELDS and value is not None:
-                value = dumps(value)
+            if name in JSON_RUN_FIELDS and (value is not None or name == "input"):
+                value = dumps(value)  # an input is JSON even when it is null
             elif isinstance(value, RunStatus):
                 value = value.value
             elif isinstance(value, datetime):
