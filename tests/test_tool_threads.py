@@ -122,3 +122,31 @@ async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() ->
         await waiting
     release.set()
     assert await run_in_thread(lambda: "next") == "next"
+
+
+# Python 3.12+ warns about fork() in a process with threads; that risk is what this tests.
+@pytest.mark.filterwarnings("ignore:This process .*is multi-threaded:DeprecationWarning")
+def test_a_forked_child_starts_threads_of_its_own() -> None:
+    """After fork the parent's threads do not exist in the child: a call there must start a new
+    thread instead of waiting for ever on a parent's idle one (a server that forks workers
+    after importing stead, say)."""
+    import asyncio
+    import os
+
+    from stead._threads import run_in_thread
+
+    async def twice() -> int:
+        await run_in_thread(lambda: None)  # leaves an idle thread in the pool
+        return await run_in_thread(threading.get_ident)
+
+    asyncio.run(twice())
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its calls complete
+        code = 1
+        try:
+            asyncio.run(asyncio.wait_for(twice(), 5))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
