@@ -72,7 +72,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 class _Pool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: list[queue.SimpleQueue[_Call | None]] = []  # a stack: the warmest on top
+        self.idle: list[queue.SimpleQueue[_Call]] = []  # a stack: the warmest on top
         self.backlog: collections.deque[_Call] = collections.deque()
         self.threads = 0
 
@@ -86,15 +86,15 @@ class _Pool:
                 return
             self.threads += 1
             number = self.threads
-        inbox: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
         inbox.put(call)
         threading.Thread(
             target=self._work, args=(inbox,), name=f"stead-worker-{number}", daemon=True
         ).start()
 
-    def _work(self, inbox: queue.SimpleQueue[_Call | None]) -> None:
+    def _work(self, inbox: queue.SimpleQueue[_Call]) -> None:
         call = inbox.get()
-        while call is not None:
+        while True:  # a daemon: it ends with the interpreter
             outcome = call.run()
             # Idle (or on to the backlog) before the caller hears back, so that the call it
             # makes next finds this thread free instead of starting another.
