@@ -102,6 +102,50 @@ async def test_calls_beyond_the_thread_limit_wait_for_a_free_thread(
     assert _threads._pool.threads == 3
 
 
+async def test_calls_made_at_once_run_one_after_another_on_the_thread_just_woken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many runs call their tools in the same instant: a call that arrives while a thread has
+    just started another waits for that thread instead of waking one more."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "PATIENCE", 30.0)  # the thread is never given up on here
+    idents = await asyncio.gather(*(_threads.run_in_thread(threading.get_ident) for _ in range(20)))
+    assert len(set(idents)) == 1
+    assert _threads._pool.threads == 1
+    assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
+async def test_calls_that_block_still_wait_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call still waiting behind a busy thread after PATIENCE gets a thread of its own: four
+    calls that can only finish together (a barrier) all finish, each exactly once."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    barrier = threading.Barrier(4)
+    ran: list[int] = []
+
+    def meet(n: int) -> int:
+        barrier.wait(10)
+        ran.append(n)
+        return n
+
+    assert await asyncio.gather(*(_threads.run_in_thread(meet, n) for n in range(4))) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert sorted(ran) == [0, 1, 2, 3]
+    assert _threads._pool.threads == 4
+    assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
 async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:
     import asyncio
 

@@ -6,6 +6,12 @@ whichever of its threads wakes first, which costs about 140 µs a call on a smal
 queue and the most recently busy one takes the next call (its stack and caches are warm), which
 halves the hand-off. Calls run in a copy of the caller's context, as with ``to_thread``.
 
+Waking a thread is the costly part of a hand-off, and many runs going at once call their tools
+in the same few microseconds: a call that arrives while a thread has just started another waits
+behind it (the thread takes it next, without sleeping in between) for up to :data:`PATIENCE`.
+A call still waiting then is behind one that blocks (a request, a sleep): it gets a thread of
+its own, so tools that wait still wait side by side.
+
 The threads are daemons: an interpreter that exits while a function still runs does not wait
 for it, which is what a crash would do too — the journal decides what happens to that call when
 the run resumes.
@@ -20,6 +26,7 @@ import contextvars
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,10 +34,13 @@ T = TypeVar("T")
 
 #: Threads at most; calls beyond that wait for one to come free.
 MAX_THREADS = 32
+#: Seconds a call waits behind a thread that has just started another call before a thread of
+#: its own is woken for it.
+PATIENCE = 0.001
 
 
 class _Call:
-    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop")
+    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop", "taken")
 
     def __init__(
         self,
@@ -46,6 +56,7 @@ class _Call:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.taken = False  # a thread has it (set under the pool's lock)
 
     def run(self) -> tuple[Any, BaseException | None]:
         try:
@@ -75,22 +86,48 @@ class _Pool:
         self.idle: list[queue.SimpleQueue[_Call]] = []  # a stack: the warmest on top
         self.backlog: collections.deque[_Call] = collections.deque()
         self.threads = 0
+        self.busy = 0  # threads running a call
+        #: Until when the call a thread started last counts as just started (monotonic).
+        self.fresh_until = 0.0
 
     def start(self, call: _Call) -> None:
+        now = time.monotonic()
         with self.lock:
-            if self.idle:
-                self.idle.pop().put(call)
-                return
-            if self.threads >= MAX_THREADS:
+            if self.busy and now < self.fresh_until:
+                # A thread has just started a call: this one goes next on that thread, unless
+                # the thread is still busy when the patience runs out (see rescue).
                 self.backlog.append(call)
+                call.loop.call_later(PATIENCE, self.rescue, call)
                 return
+            if not self._hand(call, now):
+                self.backlog.append(call)  # every thread is busy: the first to finish takes it
+
+    def rescue(self, call: _Call) -> None:
+        """On the caller's loop, :data:`PATIENCE` after ``call`` waited behind a busy thread:
+        if no thread took it meanwhile, that thread blocks; give the call another one."""
+        with self.lock:
+            if call.taken or not self._hand(call, time.monotonic()):
+                return
+            self.backlog.remove(call)
+
+    def _hand(self, call: _Call, now: float) -> bool:
+        """Under the lock: give ``call`` to the warmest idle thread or to a new one; False if
+        every thread there may be is busy."""
+        if self.idle:
+            inbox = self.idle.pop()
+        elif self.threads < MAX_THREADS:
             self.threads += 1
-            number = self.threads
-        inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+            inbox = queue.SimpleQueue()
+            threading.Thread(
+                target=self._work, args=(inbox,), name=f"stead-worker-{self.threads}", daemon=True
+            ).start()
+        else:
+            return False
+        call.taken = True
+        self.busy += 1
+        self.fresh_until = now + PATIENCE
         inbox.put(call)
-        threading.Thread(
-            target=self._work, args=(inbox,), name=f"stead-worker-{number}", daemon=True
-        ).start()
+        return True
 
     def _work(self, inbox: queue.SimpleQueue[_Call]) -> None:
         call = inbox.get()
@@ -101,7 +138,11 @@ class _Pool:
             with self.lock:
                 following = self.backlog.popleft() if self.backlog else None
                 if following is None:
+                    self.busy -= 1
                     self.idle.append(inbox)
+                else:
+                    following.taken = True
+                    self.fresh_until = time.monotonic() + PATIENCE
             call.deliver(outcome)
             call = following if following is not None else inbox.get()
 
