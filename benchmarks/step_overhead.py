@@ -161,7 +161,7 @@ async def short_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:
 
 async def concurrent_steps_per_second(folder: Path, runs: int, tool_calls: int) -> float:
     app = make_app(tool_calls, "safe")
-    store = stead.SqliteStore(folder / "concurrent.db")
+    store = stead.SqliteStore(folder / f"concurrent-{time.perf_counter_ns()}.db")
     async with await app.open(store, max_concurrent_runs=runs) as runtime:
         start = time.perf_counter()
         handles = await asyncio.gather(
