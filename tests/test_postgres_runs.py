@@ -81,6 +81,22 @@ async def test_a_client_on_another_connection_answers_a_waiting_run(
     assert outcome.output == "Wired 500." and wired == [f"{run.id}/tool:1:w"]
 
 
+async def test_a_read_leaves_the_writers_prepared_statements_in_place(schema: str) -> None:
+    """Reads share the executions' connection; ending one must not make the server forget the
+    statements the writes prepared (psycopg drops them all when it sees a ROLLBACK)."""
+    store = _store(schema)
+    async with await _bank([]).open(store) as runtime:
+        run = await runtime.submit("bank", session_id="s", request_id="r", prompt="wire")
+        await _until(run, stead.RunStatus.WAITING)
+        assert await store.read(lambda tx: tx.execute("SELECT 1").fetchone()[0]) == 1
+        prepared = await store.read(
+            lambda tx: [
+                row[0] for row in tx.execute("SELECT statement FROM pg_prepared_statements")
+            ]
+        )
+    assert any(text.startswith("INSERT INTO stead_operations") for text in prepared), prepared
+
+
 async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime_goes_on(
     schema: str,
 ) -> None:

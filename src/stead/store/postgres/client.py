@@ -149,9 +149,12 @@ class PostgresClient:
 def _read(conn: Any, store: PostgresStore, fn: Callable[[PostgresTx], T]) -> T:
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
-        return fn(PostgresTx(conn, store.clock, read_only=True))
-    finally:
+        answer = fn(PostgresTx(conn, store.clock, read_only=True))
+    except BaseException:
         conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")  # not ROLLBACK, which drops the prepared statements (see writer.py)
+    return answer
 
 
 def _registered(tx: PostgresTx, what: str) -> transitions.VersionOf:

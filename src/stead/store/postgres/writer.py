@@ -181,8 +181,14 @@ class PostgresWriter:
             tx = self._make_tx(conn, True)
             for job in batch:
                 call_job(tx, job, self._storage_errors)
-        finally:
-            conn.execute("ROLLBACK")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+        # COMMIT ends a read-only transaction as ROLLBACK would; psycopg, seeing a ROLLBACK,
+        # forgets every statement it prepared on the connection (DEALLOCATE ALL), and the
+        # writes after each read would be parsed and planned afresh.
+        conn.execute("COMMIT")
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
         conn = self._conn
