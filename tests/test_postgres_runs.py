@@ -97,6 +97,121 @@ async def test_a_read_leaves_the_writers_prepared_statements_in_place(schema: st
     assert any(text.startswith("INSERT INTO stead_operations") for text in prepared), prepared
 
 
+def _paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
+    @stead.tool(recovery="safe")
+    async def pause() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "resumed"
+
+    model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
+    return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[pause])])
+
+
+def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The messages of the batches the server refused because what the writer assumed (the
+    claims, the sequence counter) no longer held."""
+    from stead.store.postgres import writer
+
+    refused: list[str] = []
+    assuming = writer.PostgresWriter._write_assuming
+
+    def spy(self: Any, *args: Any) -> Any:
+        try:
+            return assuming(self, *args)
+        except writer._Assumed as exc:
+            refused.append(str(exc.__cause__))
+            raise
+
+    monkeypatch.setattr(writer.PostgresWriter, "_write_assuming", spy)
+    return refused
+
+
+async def test_a_batch_that_assumed_the_counter_is_refused_and_written_again(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's steps commit in one round trip each, assuming the event counter is where the
+    writer's last commit left it. Another writer moves it meanwhile: the server refuses the
+    batch, it is written again the checked way, and no number is given twice or out of order."""
+    refused = _count_refusals(monkeypatch)
+    entered, gate = asyncio.Event(), asyncio.Event()
+    store = _store(schema)
+    async with await _paused_app(entered, gate).open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await asyncio.wait_for(entered.wait(), 10)
+        await asyncio.sleep(0.1)  # the writer is idle: the next batch is the one after the gap
+        conn = store.connect()
+        try:
+            (gap,) = conn.execute(
+                f'UPDATE "{schema}".stead_meta SET next_sequence = next_sequence + 5 '
+                "RETURNING next_sequence - 5"
+            ).fetchone()
+            gate.set()
+            for _ in range(100):
+                if refused:
+                    break
+                await asyncio.sleep(0.02)
+            assert (await run.result(timeout=10)).output == "done"
+        finally:
+            conn.close()
+        numbers = await store.read(
+            lambda tx: [
+                row[0]
+                for row in tx.execute(
+                    "SELECT sequence FROM stead_events UNION ALL SELECT started_seq FROM "
+                    "stead_operations WHERE started_seq IS NOT NULL UNION ALL SELECT "
+                    "completed_seq FROM stead_operations WHERE completed_seq IS NOT NULL"
+                )
+            ]
+        )
+    assert len(numbers) == len(set(numbers))
+    assert not [n for n in numbers if gap <= n < gap + 5], (gap, sorted(numbers))
+    assert max(numbers) >= gap + 5
+    assert refused and "assumed the sequence counter" in refused[0], refused
+
+
+async def test_a_batch_that_assumed_a_lost_claim_writes_nothing(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker took the run over (a new claim epoch) while this one ran a tool: the
+    step that assumed the claim still held is refused by the server, and the checked write
+    after it finds the claim lost, so nothing more of this worker's lands."""
+    refused = _count_refusals(monkeypatch)
+    entered, gate = asyncio.Event(), asyncio.Event()
+    store = _store(schema)
+    async with await _paused_app(entered, gate).open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await asyncio.wait_for(entered.wait(), 10)
+        await asyncio.sleep(0.1)
+        conn = store.connect()
+        try:
+            conn.execute(
+                f'UPDATE "{schema}".stead_runs SET claim_epoch = claim_epoch + 1 WHERE id = %s',
+                (run.id,),
+            )
+            before = conn.execute(
+                f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s '
+                "ORDER BY position",
+                (run.id,),
+            ).fetchall()
+            gate.set()
+            for _ in range(100):
+                if refused:
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            after = conn.execute(
+                f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s '
+                "ORDER BY position",
+                (run.id,),
+            ).fetchall()
+        finally:
+            conn.close()
+    assert after == before
+    assert refused and "assumed the claim on run" in refused[0], refused
+
+
 async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime_goes_on(
     schema: str,
 ) -> None:

@@ -181,6 +181,38 @@ class PostgresTx(SqlTx):
             cursor.nextset()
             self._sequence = int(cursor.fetchone()[0])
 
+    def begin_pipelined(
+        self, *, durable: bool, fences: Sequence[Claim], next_sequence: int
+    ) -> None:
+        """Open the write transaction inside the pipeline, without waiting for the server: the
+        claims' fences and the sequence counter are assumed to be as this writer last left
+        them, and the server checks it — a fence that does not hold, or a counter another
+        writer moved, fails the statement, so the whole transaction and nothing of it is kept
+        (the writer then runs the batch again the checked way: :meth:`begin`). Each message
+        names something the server only knows when the statement runs (a count, a column):
+        a constant one would be raised while the statement is planned, whatever the case."""
+        self.execute("BEGIN", ())
+        self.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}", ())
+        sent = time.monotonic()
+        for claim in fences:
+            self.execute(
+                "WITH held AS (UPDATE stead_runs SET lease_until = clock_timestamp() + "
+                "make_interval(secs => ?) WHERE id = ? AND claim_epoch = ? "
+                "AND claimed_by IS NOT NULL RETURNING 1) "
+                "SELECT CASE WHEN COUNT(*) = 1 THEN 0 ELSE ('stead: assumed the claim on run ' "
+                "|| ? || ' held (' || COUNT(*) || ' rows)')::int END FROM held",
+                (self.lease_seconds, claim.run_id, claim.epoch, claim.run_id),
+            )
+            self._fenced[claim.run_id] = True
+            self.extended(claim, sent)
+        self.execute(
+            "SELECT CASE WHEN next_sequence = ? THEN 0 ELSE "
+            "('stead: assumed the sequence counter at ' || ?::text || ', found '"
+            " || next_sequence)::int END FROM stead_meta WHERE singleton = 1 FOR UPDATE",
+            (next_sequence, next_sequence),
+        )
+        self._sequence = next_sequence
+
     def check_fence(self, claim: Claim) -> None:
         """Before a worker's write to ``claim.run_id``: the claim must still be this worker's
         (same epoch), else :class:`LeaseLostError`. Holding, it extends the lease and locks the
@@ -239,6 +271,12 @@ class PostgresTx(SqlTx):
     @next_sequence.setter
     def next_sequence(self, value: int) -> None:
         self._sequence = value
+
+    @property
+    def sequence_written(self) -> int | None:
+        """The counter as this transaction leaves it, if it locked the counter (else None:
+        another writer may have moved it meanwhile)."""
+        return self._sequence
 
     def sequence_update(self) -> str:
         """The statement (``;``-terminated, or empty) that stores the next free sequence, to

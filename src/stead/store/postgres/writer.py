@@ -8,6 +8,13 @@ the order they commit in. Durability maps onto ``synchronous_commit``: a batch t
 with it ``off`` (the server has the commit; a server crash may lose the last few). Reads queue in
 the same line, so a read sees every write queued before it.
 
+A batch of the journal's own writes (a run's steps) goes to the server in one round trip: the
+transaction opens inside the pipeline, assuming that the claims it writes under still hold and
+that the event-sequence counter is where this writer's last commit left it, and the server
+checks both before anything else. When another writer moved the counter meanwhile (a command,
+another worker) or a claim was lost, the server refuses the whole transaction and the batch is
+written again the checked way (two round trips: the first reads the fences and the counter).
+
 A storage failure, or a failure of a job that has no savepoint of its own, poisons the writer:
 the batch is rolled back, and every job in it and every later job fails with the same
 :class:`~stead.errors.StorageError`. Other exceptions of a checked job are that job's answer.
@@ -19,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import re
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,6 +39,12 @@ T = TypeVar("T")
 
 #: How the server refuses a pipelined batch whose operation was not in progress (tx.py).
 _REFUSED = re.compile(r'"stead: (operation .* was not in progress) \(\d+ rows\)"')
+#: How it refuses a batch whose assumptions did not hold (``PostgresTx.begin_pipelined``).
+_ASSUMED = re.compile(r'"stead: assumed ')
+
+
+class _Assumed(Exception):
+    """A batch written on assumptions the server found false; nothing of it was kept."""
 
 
 class PostgresWriter:
@@ -40,6 +54,8 @@ class PostgresWriter:
     lazy_delay = 0.002
     #: Lazy writes queued before a batch starts regardless.
     max_lazy = 256
+    #: Seconds batches are written the checked way after two in a row were refused.
+    assume_pause = 1.0
 
     def __init__(
         self,
@@ -70,6 +86,10 @@ class PostgresWriter:
             self._executor.shutdown(wait=True)
             raise
         self.poisoned: StorageError | None = None
+        #: The sequence counter as this writer's last commit left it (None: unknown).
+        self._sequence: int | None = None
+        self._assume_after = 0.0
+        self._missed = 0  # batches in a row whose assumptions the server refused
 
     def submit(
         self,
@@ -191,13 +211,73 @@ class PostgresWriter:
         conn.execute("COMMIT")
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
+        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
+        durable = any(job.barrier for job in batch)
+        if (
+            self._sequence is not None
+            and not any(job.checked and not job.read_only for job in batch)
+            and time.monotonic() >= self._assume_after
+        ):
+            try:
+                return self._write_assuming(batch, fences, durable, self._sequence)
+            except _Assumed:
+                # Another writer moved the counter (a command, another worker), or a claim was
+                # lost: nothing was kept. Run the batch the checked way, which learns the
+                # counter; after two such misses in a row assume nothing for a while (workers
+                # that share the schema move the counter all the time).
+                self._sequence = None
+                self._missed += 1
+                if self._missed >= 2:
+                    self._missed = 0
+                    self._assume_after = time.monotonic() + self.assume_pause
+                for job in batch:
+                    job.result, job.error = None, None
+        return self._write_checked(batch, fences, durable)
+
+    def _write_assuming(
+        self, batch: list[Job[Any]], fences: list[Claim], durable: bool, sequence: int
+    ) -> list[Event]:
+        """The batch in one round trip: the transaction opens inside the pipeline, on the
+        assumption that the fences hold and the sequence counter is where this writer's last
+        commit left it, which the server checks (``PostgresTx.begin_pipelined``)."""
+        conn = self._conn
+        tx = self._make_tx(conn, False)
+        failure: BaseException | None = None
+        try:
+            with conn.pipeline() as tx.pipeline:
+                try:
+                    tx.begin_pipelined(durable=durable, fences=fences, next_sequence=sequence)
+                    run_jobs(tx, batch, self._storage_errors)
+                    tx.write_events()
+                    tx.write_sequence()
+                    conn.execute("COMMIT")
+                except self._storage_errors as exc:
+                    # Leave the pipeline with nothing in flight (psycopg logs a failure of its
+                    # closing raised while another is): it fails again as it closes.
+                    failure = exc
+        except BaseException as exc:
+            failure = failure or exc
+        tx.pipeline = None
+        if failure is not None:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            if _ASSUMED.search(str(failure)) is not None:
+                raise _Assumed from failure
+            raise failure
+        tx.committed()
+        self._sequence = tx.sequence_written
+        self._missed = 0
+        return tx.events
+
+    def _write_checked(
+        self, batch: list[Job[Any]], fences: list[Claim], durable: bool
+    ) -> list[Event]:
         conn = self._conn
         # One round trip each to open and to close the transaction (no parameters: the simple
         # query protocol takes several statements); the claims' fences are checked in the first.
         tx = self._make_tx(conn, False)
-        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
         try:
-            tx.begin(durable=any(job.barrier for job in batch), fences=fences)
+            tx.begin(durable=durable, fences=fences)
             if any(job.checked for job in batch):
                 run_jobs(tx, batch, self._storage_errors)
                 tx.write_events()
@@ -213,6 +293,8 @@ class PostgresWriter:
                     conn.execute("COMMIT")
                 tx.pipeline = None
             tx.committed()
+            if tx.sequence_written is not None:
+                self._sequence = tx.sequence_written
             return tx.events
         except BaseException:
             with contextlib.suppress(Exception):
