@@ -27,6 +27,11 @@ from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of, run_of
 _NOTHING_TO_TAKE = frozenset({"waiting", "retry_wait"})
 
 
+class Unpipelined(Exception):
+    """A checked job of a pipelined batch answered with an error: write the batch again
+    statement by statement, where its writes can be undone alone (a savepoint)."""
+
+
 class PostgresTx(SqlTx):
     """One transaction (or a read) on a connection of the store. Used on one thread."""
 
@@ -278,13 +283,6 @@ class PostgresTx(SqlTx):
         another writer may have moved it meanwhile)."""
         return self._sequence
 
-    def sequence_update(self) -> str:
-        """The statement (``;``-terminated, or empty) that stores the next free sequence, to
-        send with the ``COMMIT``. The value is an int this transaction computed."""
-        if self._sequence is None:
-            return ""
-        return f"UPDATE stead_meta SET next_sequence = {int(self._sequence)} WHERE singleton = 1; "
-
     def write_sequence(self) -> None:
         """Before commit: store the next free sequence (if this transaction handed any out)."""
         if self._sequence is not None:
@@ -295,14 +293,22 @@ class PostgresTx(SqlTx):
     # -- transaction plumbing ----------------------------------------------------------------
 
     def savepoint(self) -> None:
+        """Before a checked job. In a pipelined batch no savepoint is sent: a job whose answer
+        is an error raises :class:`Unpipelined` at :meth:`rollback_savepoint`, and the writer
+        writes the batch again statement by statement, with savepoints. (psycopg forgets every
+        prepared statement when it sees a ROLLBACK, and in a pipeline it has the server forget
+        them after statements it already counts as prepared were sent.)"""
         self.write_events()
-        self.conn.execute("SAVEPOINT job")
+        if self.pipeline is None:
+            self.conn.execute("SAVEPOINT job")
         self._mark = (self._sequence, len(self.events))
         self._fenced_mark = dict(self._fenced)
         self._notified_mark = self._notified
         self._now = None
 
     def rollback_savepoint(self) -> None:
+        if self.pipeline is not None:
+            raise Unpipelined
         self.conn.execute("ROLLBACK TO SAVEPOINT job")
         self.unwritten = []
         # A counter lock first taken after the savepoint was released with it: take it again.
@@ -313,7 +319,8 @@ class PostgresTx(SqlTx):
 
     def release_savepoint(self) -> None:
         self.write_events()
-        self.conn.execute("RELEASE SAVEPOINT job")
+        if self.pipeline is None:
+            self.conn.execute("RELEASE SAVEPOINT job")
 
 
-__all__ = ["PostgresTx"]
+__all__ = ["PostgresTx", "Unpipelined"]

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from ...errors import StorageError
 from ...journal.records import Claim, Event
 from ..jobs import Job, call_job, run_jobs
-from .tx import PostgresTx
+from .tx import PostgresTx, Unpipelined
 
 T = TypeVar("T")
 
@@ -232,7 +232,12 @@ class PostgresWriter:
                     self._assume_after = time.monotonic() + self.assume_pause
                 for job in batch:
                     job.result, job.error = None, None
-        return self._write_checked(batch, fences, durable)
+        try:
+            return self._write_checked(batch, fences, durable, pipelined=True)
+        except Unpipelined:
+            for job in batch:
+                job.result, job.error = None, None
+            return self._write_checked(batch, fences, durable, pipelined=False)
 
     def _write_assuming(
         self, batch: list[Job[Any]], fences: list[Claim], durable: bool, sequence: int
@@ -270,28 +275,30 @@ class PostgresWriter:
         return tx.events
 
     def _write_checked(
-        self, batch: list[Job[Any]], fences: list[Claim], durable: bool
+        self, batch: list[Job[Any]], fences: list[Claim], durable: bool, *, pipelined: bool
     ) -> list[Event]:
         conn = self._conn
-        # One round trip each to open and to close the transaction (no parameters: the simple
-        # query protocol takes several statements); the claims' fences are checked in the first.
+        # One round trip to open the transaction (no parameters: the simple query protocol
+        # takes several statements), which checks the claims' fences and locks the counter.
         tx = self._make_tx(conn, False)
         try:
             tx.begin(durable=durable, fences=fences)
-            if any(job.checked for job in batch):
-                run_jobs(tx, batch, self._storage_errors)
-                tx.write_events()
-                conn.execute(f"{tx.sequence_update()}COMMIT", prepare=False)
-            else:
-                # The journal's own writes, whose failure fails the whole batch anyway: their
-                # statements are pipelined, so the batch waits for the server once, not once
-                # a statement (a statement whose result is read waits there).
+            if pipelined:
+                # The statements are pipelined, so the batch waits for the server once more,
+                # not once a statement (a statement whose result is read waits there). A
+                # checked job whose answer is an error has the batch written again, the other
+                # way (PostgresTx.savepoint).
                 with conn.pipeline() as tx.pipeline:
                     run_jobs(tx, batch, self._storage_errors)
                     tx.write_events()
                     tx.write_sequence()
                     conn.execute("COMMIT")
                 tx.pipeline = None
+            else:
+                run_jobs(tx, batch, self._storage_errors)
+                tx.write_events()
+                tx.write_sequence()
+                conn.execute("COMMIT")
             tx.committed()
             if tx.sequence_written is not None:
                 self._sequence = tx.sequence_written
