@@ -23,6 +23,7 @@ from stead.testing import ScriptedModel
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
 CHILD = Path(__file__).with_name("_pg_child.py")
+TOUCHED = "2030-01-01T00:00:00.000+00:00"
 
 
 def _store(schema: str, **options: Any) -> Any:
@@ -210,6 +211,71 @@ async def test_a_batch_that_assumed_a_lost_claim_writes_nothing(
             conn.close()
     assert after == before
     assert refused and "assumed the claim on run" in refused[0], refused
+
+
+async def test_a_batch_rolled_back_to_break_a_deadlock_is_written_again(schema: str) -> None:
+    """The writer holds the sequence counter while it writes to a run; a command holding that
+    run waits for the counter. The server breaks the deadlock by rolling the writer's batch
+    back (it waited first): the batch is written again, and the store goes on."""
+    import functools
+
+    from stead.journal import transitions
+
+    store = _store(schema)
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
+    command, watcher = store.connect(), store.connect()
+    try:
+        await store.transact(
+            functools.partial(
+                transitions.submit,
+                run_id="run-1",
+                session_id="s",
+                request_id="r",
+                agent_id="a",
+                version="1",
+                input={"prompt": "go"},
+                submission="digest",
+                enqueue=False,
+                max_pending=None,
+            )
+        )
+        command.execute("SET deadlock_timeout = '30s'")  # the writer's check comes first
+        command.execute("BEGIN")
+        command.execute("SELECT id FROM stead_runs WHERE id = 'run-1' FOR UPDATE")
+        attempts: list[int] = []
+
+        def touch(tx: Any) -> int:
+            attempts.append(len(attempts) + 1)
+            counter = tx.next_sequence  # locks the counter
+            tx.execute("UPDATE stead_runs SET updated_at = ? WHERE id = ?", (TOUCHED, "run-1"))
+            return int(counter)
+
+        written = store.transact(touch)
+        for _ in range(500):
+            (waiting,) = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            ).fetchone()
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        # The command asks for the counter the writer holds: a deadlock, which the server
+        # breaks after the writer's deadlock_timeout (1 s) by rolling the writer's batch back.
+        await asyncio.to_thread(
+            command.execute, "SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE"
+        )
+        command.execute("COMMIT")
+        assert await asyncio.wait_for(written, 30) >= 1
+        assert attempts == [1, 2]
+        (stamp,) = watcher.execute(
+            "SELECT updated_at FROM stead_runs WHERE id = 'run-1'"
+        ).fetchone()
+        assert stamp == TOUCHED
+        assert await store.read(lambda tx: tx.get_run("run-1")) is not None  # not poisoned
+    finally:
+        command.close()
+        watcher.close()
+        await store.aclose()
 
 
 async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime_goes_on(

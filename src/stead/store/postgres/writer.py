@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..._ids import jitter
 from ...errors import StorageError
 from ...journal.records import Claim, Event
 from ..jobs import Job, call_job, run_jobs
@@ -41,6 +42,10 @@ T = TypeVar("T")
 _REFUSED = re.compile(r'"stead: (operation .* was not in progress) \(\d+ rows\)"')
 #: How it refuses a batch whose assumptions did not hold (``PostgresTx.begin_pipelined``).
 _ASSUMED = re.compile(r'"stead: assumed ')
+
+
+#: How often a batch the server rolls back to break a deadlock is written before it fails.
+COLLISIONS = 8
 
 
 class _Assumed(Exception):
@@ -172,7 +177,7 @@ class PostgresWriter:
             if all(job.read_only for job in batch):
                 self._read(batch)
             else:
-                events = self._write(batch)
+                events = self._write_again_if_collided(batch)
         except StorageError as exc:
             failure = exc
         except BaseException as exc:
@@ -209,6 +214,26 @@ class PostgresWriter:
         # forgets every statement it prepared on the connection (DEALLOCATE ALL), and the
         # writes after each read would be parsed and planned afresh.
         conn.execute("COMMIT")
+
+    def _write_again_if_collided(self, batch: list[Job[Any]]) -> list[Event]:
+        """:meth:`_write`, run again when the server rolled the batch back to break a deadlock:
+        the writer holds the sequence counter while it writes to runs, a command holds a run
+        it decides on while it waits for the counter, and one of the two is chosen to give
+        way. Nothing of a rolled-back attempt was kept, and jobs are written again from the
+        start (as a command that collides is, ``client.py``)."""
+        import psycopg.errors as pg
+
+        attempt = 1
+        while True:
+            try:
+                return self._write(batch)
+            except (pg.DeadlockDetected, pg.SerializationFailure):
+                if attempt == COLLISIONS:
+                    raise
+                for job in batch:
+                    job.result, job.error = None, None
+                time.sleep(jitter(0, 0.002 * 2**attempt))
+                attempt += 1
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
         fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
