@@ -278,6 +278,40 @@ async def test_a_batch_rolled_back_to_break_a_deadlock_is_written_again(schema: 
         await store.aclose()
 
 
+async def test_a_worker_is_not_woken_by_its_own_notifications(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's notifications (a run it ended, a submission it applied) wake the others; it
+    woke itself when it wrote them, so its listener skips them — one claim fewer a run."""
+    from stead.store.postgres import store as pg
+
+    handed: list[str] = []
+    hand = pg._Listener._hand
+
+    def spy(self: Any, payload: str) -> None:
+        handed.append(payload)
+        hand(self, payload)
+
+    monkeypatch.setattr(pg._Listener, "_hand", spy)
+    monkeypatch.setattr(pg._Listener, "fallback", 3600.0)  # no timed wake-ups
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+    store = _store(schema)
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "done"
+        conn = store.connect()
+        try:
+            conn.execute("SELECT pg_notify(%s, %s)", (store.channel, "another-worker"))
+        finally:
+            conn.close()
+        for _ in range(500):
+            if handed:
+                break
+            await asyncio.sleep(0.01)
+    assert handed == ["another-worker"]
+
+
 async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime_goes_on(
     schema: str,
 ) -> None:

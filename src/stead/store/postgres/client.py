@@ -134,9 +134,9 @@ class PostgresClient:
             answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
             tx.write_events()
             tx.write_sequence()
-            notices = [""]
+            notices = [store.worker]  # a runtime's own: it skips them ("" from a client)
             if isinstance(command, Cancel) and isinstance(answer, list):
-                notices = [f"cancel:{run_id}" for run_id in answer] or [""]
+                notices = [f"cancel:{run_id}" for run_id in answer] or notices
             for notice in notices:
                 conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
             conn.execute("COMMIT")

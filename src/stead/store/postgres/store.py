@@ -262,6 +262,7 @@ class PostgresStore:
                     lease_seconds=self.lease_seconds,
                     confirmed=self.confirmed,
                     channel=self.channel,
+                    sender=self.worker,
                 ),
                 loop,
                 on_commit,
@@ -281,8 +282,9 @@ class PostgresStore:
 
     def watch(self, on_notice: Callable[[str], None]) -> None:
         """Call ``on_notice(payload)`` on the loop for every notification on the schema's
-        channel (``cancel:RUN_ID`` for a cancelled run, ``""`` otherwise), and with ``""``
-        every few seconds as a fallback for a lost one."""
+        channel (``cancel:RUN_ID`` for a cancelled run; otherwise the id of the worker that
+        sent it, or ``""`` from a client), but for the ones this worker sent itself, and with
+        ``""`` every few seconds as a fallback for a lost one."""
         if self._listener is not None:
             self._listener.on_notice = on_notice
 
@@ -387,7 +389,7 @@ class PostgresStore:
             "WHERE s.id = c.id AND s.claim_epoch = c.epoch",
             ([c.run_id for c in claims], [c.epoch for c in claims]),
         )
-        tx.execute("SELECT pg_notify(?, '')", (self.channel,))
+        tx.execute("SELECT pg_notify(?, ?)", (self.channel, self.worker))
 
     def fenced(self, claim: Claim) -> _Fenced:
         """This store as one execution writes to it: every transaction fenced by ``claim``."""
@@ -598,7 +600,10 @@ class _Listener:
                     self._conn = self._listen()
                     self._hand("")  # notifications may have been missed meanwhile
                 for notice in self._conn.notifies(timeout=self.tick):
-                    self._hand(notice.payload)
+                    # A worker's own notifications are not news to it: it woke itself when it
+                    # wrote them (a run it ended, a command it applied).
+                    if not notice.payload or notice.payload != self._store.worker:
+                        self._hand(notice.payload)
             except Exception:  # the server went away: the fallback keeps the workers looking
                 with contextlib.suppress(Exception):
                     if self._conn is not None:

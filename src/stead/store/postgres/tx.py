@@ -47,6 +47,7 @@ class PostgresTx(SqlTx):
         lock_runs: bool = False,
         confirmed: dict[str, tuple[int, float]] | None = None,
         channel: str | None = None,
+        sender: str = "",
     ) -> None:
         self.conn = conn
         self.clock = clock
@@ -67,6 +68,8 @@ class PostgresTx(SqlTx):
         self._extended: dict[str, tuple[int, float]] = {}
         #: The workers' channel: a transaction that lets a run go wakes them.
         self.channel = channel
+        #: The payload of its notifications: the worker that sends them (which skips its own).
+        self.sender = sender
         #: The pipeline the transaction's statements go through, when they do (see the writer).
         self.pipeline: Any = None
         self._notified = self._notified_mark = False
@@ -260,7 +263,7 @@ class PostgresTx(SqlTx):
             # The run ended (its session's next run is up) or may go on at once: wake the
             # workers when this commits, whichever of them has room.
             self._notified = True
-            self.execute("SELECT pg_notify(?, '')", (self.channel,))
+            self.execute("SELECT pg_notify(?, ?)", (self.channel, self.sender))
 
     # -- the sequence counter ----------------------------------------------------------------
 
