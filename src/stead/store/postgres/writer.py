@@ -270,30 +270,20 @@ class PostgresWriter:
         """The batch in one round trip: the transaction opens inside the pipeline, on the
         assumption that the fences hold and the sequence counter is where this writer's last
         commit left it, which the server checks (``PostgresTx.begin_pipelined``)."""
-        conn = self._conn
-        tx = self._make_tx(conn, False)
-        failure: BaseException | None = None
+        tx = self._make_tx(self._conn, False)
+
+        def body() -> None:
+            tx.begin_pipelined(durable=durable, fences=fences, next_sequence=sequence)
+            self._finish(tx, batch)
+
         try:
-            with conn.pipeline() as tx.pipeline:
-                try:
-                    tx.begin_pipelined(durable=durable, fences=fences, next_sequence=sequence)
-                    run_jobs(tx, batch, self._storage_errors)
-                    tx.write_events()
-                    tx.write_sequence()
-                    conn.execute("COMMIT")
-                except self._storage_errors as exc:
-                    # Leave the pipeline with nothing in flight (psycopg logs a failure of its
-                    # closing raised while another is): it fails again as it closes.
-                    failure = exc
-        except BaseException as exc:
-            failure = failure or exc
-        tx.pipeline = None
-        if failure is not None:
+            self._pipelined(tx, body)
+        except BaseException as failure:
             with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+                self._conn.execute("ROLLBACK")
             if _ASSUMED.search(str(failure)) is not None:
                 raise _Assumed from failure
-            raise failure
+            raise
         tx.committed()
         self._sequence = tx.sequence_written
         self._missed = 0
@@ -302,36 +292,51 @@ class PostgresWriter:
     def _write_checked(
         self, batch: list[Job[Any]], fences: list[Claim], durable: bool, *, pipelined: bool
     ) -> list[Event]:
-        conn = self._conn
-        # One round trip to open the transaction (no parameters: the simple query protocol
-        # takes several statements), which checks the claims' fences and locks the counter.
-        tx = self._make_tx(conn, False)
+        """The batch in two round trips or more: the first (no parameters: the simple query
+        protocol takes several statements) checks the claims' fences and locks the counter;
+        then the jobs' statements, pipelined — the batch waits for the server once more, not
+        once a statement (a statement whose result is read waits there) — or, when a checked
+        job's answer is an error (``PostgresTx.savepoint``), one after another."""
+        tx = self._make_tx(self._conn, False)
         try:
             tx.begin(durable=durable, fences=fences)
             if pipelined:
-                # The statements are pipelined, so the batch waits for the server once more,
-                # not once a statement (a statement whose result is read waits there). A
-                # checked job whose answer is an error has the batch written again, the other
-                # way (PostgresTx.savepoint).
-                with conn.pipeline() as tx.pipeline:
-                    run_jobs(tx, batch, self._storage_errors)
-                    tx.write_events()
-                    tx.write_sequence()
-                    conn.execute("COMMIT")
-                tx.pipeline = None
+                self._pipelined(tx, lambda: self._finish(tx, batch))
             else:
-                run_jobs(tx, batch, self._storage_errors)
-                tx.write_events()
-                tx.write_sequence()
-                conn.execute("COMMIT")
-            tx.committed()
-            if tx.sequence_written is not None:
-                self._sequence = tx.sequence_written
-            return tx.events
+                self._finish(tx, batch)
         except BaseException:
             with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+                self._conn.execute("ROLLBACK")
             raise
+        tx.committed()
+        if tx.sequence_written is not None:
+            self._sequence = tx.sequence_written
+        return tx.events
+
+    def _finish(self, tx: PostgresTx, batch: list[Job[Any]]) -> None:
+        """The jobs of an open transaction, its events and counter, and the commit."""
+        run_jobs(tx, batch, self._storage_errors)
+        tx.write_events()
+        tx.write_sequence()
+        self._conn.execute("COMMIT")
+
+    def _pipelined(self, tx: PostgresTx, body: Callable[[], None]) -> None:
+        """``body()`` with ``tx``'s statements pipelined. A statement the server failed is
+        raised once the pipeline closed with nothing in flight (psycopg logs a failure of its
+        closing that comes while another is in flight)."""
+        failure: BaseException | None = None
+        try:
+            with self._conn.pipeline() as tx.pipeline:
+                try:
+                    body()
+                except self._storage_errors as exc:
+                    failure = exc
+        except BaseException as exc:
+            failure = failure or exc
+        finally:
+            tx.pipeline = None
+        if failure is not None:
+            raise failure
 
     # -- back on the loop --------------------------------------------------------------------
 
