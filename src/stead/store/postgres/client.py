@@ -132,14 +132,17 @@ class PostgresClient:
             ):
                 version_of = _registered(tx, "task" if isinstance(command, SubmitTask) else "agent")
             answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
-            tx.write_events()
-            tx.write_sequence()
             notices = [store.worker]  # a runtime's own: it skips them ("" from a client)
             if isinstance(command, Cancel) and isinstance(answer, list):
                 notices = [f"cancel:{run_id}" for run_id in answer] or notices
-            for notice in notices:
-                conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
-            conn.execute("COMMIT")
+            # Nothing more is read: the events, the counter, the notifications and the commit
+            # go to the server together, and the command waits for it once.
+            with conn.pipeline():
+                tx.write_events()
+                tx.write_sequence()
+                for notice in notices:
+                    conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
+                conn.execute("COMMIT")
             return answer
         except BaseException:
             conn.execute("ROLLBACK")
