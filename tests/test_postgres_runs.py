@@ -4,6 +4,7 @@ and a killed worker's work continues on another one, as on SQLite, once its leas
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,31 @@ def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return refused
 
 
+@contextlib.asynccontextmanager
+async def _paused_run(store: Any) -> AsyncIterator[tuple[Any, asyncio.Event, Any]]:
+    """A run of :func:`_paused_app` held inside its tool, the writer idle (the next batch is
+    the one after what the test does), and a connection of the test's own: ``(run, gate,
+    conn)``; set ``gate`` to let the run go on."""
+    entered, gate = asyncio.Event(), asyncio.Event()
+    async with await _paused_app(entered, gate).open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await asyncio.wait_for(entered.wait(), 10)
+        await asyncio.sleep(0.1)
+        conn = store.connect()
+        try:
+            yield run, gate, conn
+        finally:
+            conn.close()
+
+
+async def _go_on_until_refused(gate: asyncio.Event, refused: list[str]) -> None:
+    gate.set()
+    for _ in range(100):
+        if refused:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def test_a_batch_that_assumed_the_counter_is_refused_and_written_again(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,26 +162,14 @@ async def test_a_batch_that_assumed_the_counter_is_refused_and_written_again(
     writer's last commit left it. Another writer moves it meanwhile: the server refuses the
     batch, it is written again the checked way, and no number is given twice or out of order."""
     refused = _count_refusals(monkeypatch)
-    entered, gate = asyncio.Event(), asyncio.Event()
     store = _store(schema)
-    async with await _paused_app(entered, gate).open(store) as runtime:
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
-        await asyncio.wait_for(entered.wait(), 10)
-        await asyncio.sleep(0.1)  # the writer is idle: the next batch is the one after the gap
-        conn = store.connect()
-        try:
-            (gap,) = conn.execute(
-                f'UPDATE "{schema}".stead_meta SET next_sequence = next_sequence + 5 '
-                "RETURNING next_sequence - 5"
-            ).fetchone()
-            gate.set()
-            for _ in range(100):
-                if refused:
-                    break
-                await asyncio.sleep(0.02)
-            assert (await run.result(timeout=10)).output == "done"
-        finally:
-            conn.close()
+    async with _paused_run(store) as (run, gate, conn):
+        (gap,) = conn.execute(
+            f'UPDATE "{schema}".stead_meta SET next_sequence = next_sequence + 5 '
+            "RETURNING next_sequence - 5"
+        ).fetchone()
+        await _go_on_until_refused(gate, refused)
+        assert (await run.result(timeout=10)).output == "done"
         numbers = await store.read(
             lambda tx: [
                 row[0]
@@ -179,36 +193,18 @@ async def test_a_batch_that_assumed_a_lost_claim_writes_nothing(
     step that assumed the claim still held is refused by the server, and the checked write
     after it finds the claim lost, so nothing more of this worker's lands."""
     refused = _count_refusals(monkeypatch)
-    entered, gate = asyncio.Event(), asyncio.Event()
-    store = _store(schema)
-    async with await _paused_app(entered, gate).open(store) as runtime:
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
-        await asyncio.wait_for(entered.wait(), 10)
-        await asyncio.sleep(0.1)
-        conn = store.connect()
-        try:
-            conn.execute(
-                f'UPDATE "{schema}".stead_runs SET claim_epoch = claim_epoch + 1 WHERE id = %s',
-                (run.id,),
-            )
-            before = conn.execute(
-                f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s '
-                "ORDER BY position",
-                (run.id,),
-            ).fetchall()
-            gate.set()
-            for _ in range(100):
-                if refused:
-                    break
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.2)
-            after = conn.execute(
-                f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s '
-                "ORDER BY position",
-                (run.id,),
-            ).fetchall()
-        finally:
-            conn.close()
+    operations = (
+        f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s ORDER BY position'
+    )
+    async with _paused_run(_store(schema)) as (run, gate, conn):
+        conn.execute(
+            f'UPDATE "{schema}".stead_runs SET claim_epoch = claim_epoch + 1 WHERE id = %s',
+            (run.id,),
+        )
+        before = conn.execute(operations, (run.id,)).fetchall()
+        await _go_on_until_refused(gate, refused)
+        await asyncio.sleep(0.2)
+        after = conn.execute(operations, (run.id,)).fetchall()
     assert after == before
     assert refused and "assumed the claim on run" in refused[0], refused
 
