@@ -25,6 +25,11 @@ from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of, run_of
 #: Statuses a run that leaves ``running`` may go to without anything becoming runnable: it
 #: waits for people, or for its back-off (the workers' timers know when it ends).
 _NOTHING_TO_TAKE = frozenset({"waiting", "retry_wait"})
+#: A claim's fence: extend its lease while it is still this worker's (a row), else nothing.
+_EXTEND_LEASE = (
+    "UPDATE stead_runs SET lease_until = clock_timestamp() + make_interval(secs => ?) "
+    "WHERE id = ? AND claim_epoch = ? AND claimed_by IS NOT NULL RETURNING 1"
+)
 
 
 class Unpipelined(Exception):
@@ -204,9 +209,7 @@ class PostgresTx(SqlTx):
         sent = time.monotonic()
         for claim in fences:
             self.execute(
-                "WITH held AS (UPDATE stead_runs SET lease_until = clock_timestamp() + "
-                "make_interval(secs => ?) WHERE id = ? AND claim_epoch = ? "
-                "AND claimed_by IS NOT NULL RETURNING 1) "
+                f"WITH held AS ({_EXTEND_LEASE}) "
                 "SELECT CASE WHEN COUNT(*) = 1 THEN 0 ELSE ('stead: assumed the claim on run ' "
                 "|| ? || ' held (' || COUNT(*) || ' rows)')::int END FROM held",
                 (self.lease_seconds, claim.run_id, claim.epoch, claim.run_id),
@@ -229,8 +232,7 @@ class PostgresTx(SqlTx):
         if held is None:
             sent = time.monotonic()
             row = self.execute(
-                "UPDATE stead_runs SET lease_until = clock_timestamp() + make_interval(secs => ?) "
-                "WHERE id = ? AND claim_epoch = ? AND claimed_by IS NOT NULL RETURNING 1",
+                _EXTEND_LEASE,
                 (self.lease_seconds, claim.run_id, claim.epoch),
             ).fetchone()
             held = self._fenced[claim.run_id] = row is not None
