@@ -99,6 +99,68 @@ async def test_a_read_leaves_the_writers_prepared_statements_in_place(schema: st
     assert any(text.startswith("INSERT INTO stead_operations") for text in prepared), prepared
 
 
+async def test_statements_the_server_forgot_are_prepared_again(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's statements are prepared once per connection; when the server forgot them
+    (psycopg sends DEALLOCATE ALL after it saw a ROLLBACK), the batch that finds one missing
+    is written again from the start and the run goes on."""
+    from stead.store.postgres import wire
+
+    forgotten: list[str] = []
+    receive = wire.Wire._receive_one
+
+    def spy(self: Any) -> None:
+        try:
+            receive(self)
+        finally:
+            if isinstance(self._failure, wire.Forgotten) and not forgotten:
+                forgotten.append(str(self._failure))
+
+    monkeypatch.setattr(wire.Wire, "_receive_one", spy)
+    store = _store(schema)
+    async with _paused_run(store) as (run, gate, conn):
+        await store.read(lambda tx: tx.execute("DEALLOCATE ALL"))
+        gate.set()
+        outcome = await asyncio.wait_for(run.result(), 10)
+        rows = conn.execute(
+            f'SELECT key, status FROM "{schema}".stead_operations WHERE run_id = %s '
+            "ORDER BY position",
+            (run.id,),
+        ).fetchall()
+    assert outcome.output == "done"
+    assert forgotten and "does not exist" in forgotten[0], forgotten
+    assert [status for _, status in rows] == ["completed"] * 3, rows
+
+
+async def test_a_step_larger_than_the_sockets_buffers_is_written_whole(schema: str) -> None:
+    """A batch the server cannot take in one read (a 3.5 MB tool result): the writer sends it
+    while it reads the server's answers, and the result is stored as it was."""
+    big = "x" * (3_500_000)
+
+    @stead.tool(recovery="safe")
+    def produce() -> str:
+        """Produce a large result."""
+        return big
+
+    model = ScriptedModel([[stead.ToolCall(name="produce", id="p")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[produce])])
+    store = _store(schema)
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        outcome = await asyncio.wait_for(run.result(), 30)
+    conn = store.connect()
+    try:
+        (result,) = conn.execute(
+            f'SELECT result FROM "{schema}".stead_operations WHERE run_id = %s AND kind = %s',
+            (run.id, "tool"),
+        ).fetchone()
+    finally:
+        conn.close()
+    assert outcome.output == "done"
+    assert json.loads(result)["output"] == big
+
+
 def _paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
     @stead.tool(recovery="safe")
     async def pause() -> str:

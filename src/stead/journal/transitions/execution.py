@@ -107,14 +107,10 @@ def begin(
             migrated_from=migrated_from,
         ),
     )
-    run = tx.get_run(run_id)
+    run, operations, interactions = tx.run_journal(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
-    return Begun(
-        run=run,
-        operations=tx.operations(run_id),
-        interactions=tx.run_interactions(run_id),
-    )
+    return Begun(run=run, operations=operations, interactions=interactions)
 
 
 def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:

@@ -304,7 +304,7 @@ class PostgresStore:
     ) -> tuple[list[Claim], datetime | None]:
         statuses = ", ".join(f"'{s}'" for s in (*RUNNABLE_STATUSES, "retry_wait"))
         ready = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
-        rows = tx.execute(
+        claimed = tx.execute(
             "WITH ready AS (SELECT r.id FROM stead_runs AS r "
             f"WHERE (r.status IN ({ready}) OR (r.status = 'retry_wait' AND r.next_attempt_at <= ?) "
             # in the words of the timers' partial index, so a claim reads due timers only
@@ -319,11 +319,10 @@ class PostgresStore:
             "lease_until = clock_timestamp() + make_interval(secs => ?) "
             "FROM ready WHERE s.id = ready.id RETURNING s.id, s.claim_epoch, s.number",
             (tx.stamp(), tx.stamp(), exclude, limit, self.worker, self.lease_seconds),
-        ).fetchall()
-        rows.sort(key=lambda row: row[2])
-        claims = [Claim(run_id, int(epoch)) for run_id, epoch, _ in rows]
-        # When to look again: a back-off ending, or another worker's lease running out.
-        due, expires = tx.execute(
+        )
+        # When to look again: a back-off ending, or another worker's lease running out (asked
+        # before the claim's answer is read: in a pipelined batch, one wait for both).
+        later = tx.execute(
             "SELECT LEAST("
             "(SELECT MIN(next_attempt_at) FROM stead_runs WHERE status = 'retry_wait'), "
             "(SELECT MIN(next_attempt_at) FROM stead_runs "
@@ -331,7 +330,11 @@ class PostgresStore:
             "(SELECT EXTRACT(EPOCH FROM MIN(lease_until) - clock_timestamp()) FROM stead_runs "
             f"WHERE status IN ({statuses}) AND lease_until IS NOT NULL AND claimed_by <> ?)",
             (self.worker,),
-        ).fetchone()
+        )
+        rows = claimed.fetchall()
+        rows.sort(key=lambda row: row[2])
+        claims = [Claim(run_id, int(epoch)) for run_id, epoch, _ in rows]
+        due, expires = later.fetchone()
         wakeup = datetime.fromisoformat(due) if due is not None else None
         if expires is not None:
             expiry = tx.now() + timedelta(seconds=max(0.0, float(expires)) + 0.05)
@@ -516,6 +519,9 @@ class PostgresStore:
         prepared on its first use (the server plans it once, not once a call)."""
         conn = self.connect()
         conn.prepare_threshold = 0
+        # Their plans do not depend on the values (keys, stamps, a claim's limit): a custom
+        # plan is planned again at every execution, 0.4-0.9 ms for a claim here.
+        conn.execute("SET plan_cache_mode = force_generic_plan")
         return conn
 
     def _open_writer(self) -> PostgresWriter:

@@ -20,11 +20,13 @@ from ..._json import dumps
 from ...errors import LeaseLostError
 from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
-from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of, run_of
+from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of
+from .wire import Statement, Wire
 
 #: Statuses a run that leaves ``running`` may go to without anything becoming runnable: it
 #: waits for people, or for its back-off (the workers' timers know when it ends).
 _NOTHING_TO_TAKE = frozenset({"waiting", "retry_wait"})
+_LOCK_COUNTER = "SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE"
 #: A claim's fence: extend its lease while it is still this worker's (a row), else nothing.
 _EXTEND_LEASE = (
     "UPDATE stead_runs SET lease_until = clock_timestamp() + make_interval(secs => ?) "
@@ -75,17 +77,26 @@ class PostgresTx(SqlTx):
         self.channel = channel
         #: The payload of its notifications: the worker that sends them (which skips its own).
         self.sender = sender
-        #: The pipeline the transaction's statements go through, when they do (see the writer).
-        self.pipeline: Any = None
+        #: The pipeline the transaction's statements go through, when they do (the writer's
+        #: :class:`~.wire.Wire`).
+        self.pipeline: Wire | None = None
         self._notified = self._notified_mark = False
         self.events: list[Event] = []
         self.unwritten = []
         self._sequence: int | None = None  # the next free sequence, once the counter is locked
+        self._counter: Statement | None = None  # the counter's lock, sent and not yet read
         self._mark: tuple[int | None, int] = (None, 0)
         self._now: datetime | None = None
         self._stamp = ""
 
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if self.pipeline is not None:
+            return self.pipeline.execute(self.dialect.sql(sql), params)
+        return self.conn.execute(self.dialect.sql(sql), params)
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        if self.pipeline is not None:
+            return self.pipeline.executemany(self.dialect.sql(sql), rows)
         with self.conn.cursor() as cursor:
             cursor.executemany(self.dialect.sql(sql), rows)
             return cursor
@@ -128,13 +139,12 @@ class PostgresTx(SqlTx):
 
     # -- claims and fences -------------------------------------------------------------------
 
-    def get_run(self, run_id: str) -> Run | None:
+    def ask_run(self, run_id: str) -> Any:
         if not self.lock_runs:
-            return super().get_run(run_id)
-        row = self.execute(
+            return super().ask_run(run_id)
+        return self.execute(
             f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ? FOR UPDATE", (run_id,)
-        ).fetchone()
-        return run_of(row) if row else None
+        )
 
     def get_interaction(self, interaction_id: str) -> Interaction | None:
         if not self.lock_runs:
@@ -180,7 +190,7 @@ class PostgresTx(SqlTx):
                 f"AND claim_epoch = {int(claim.epoch)} AND claimed_by IS NOT NULL RETURNING 1"
             )
         if fences:
-            parts.append("SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE")
+            parts.append(_LOCK_COUNTER)
         cursor = self.conn.cursor()
         sent = time.monotonic()
         cursor.execute("; ".join(parts), prepare=False)  # several statements: never prepared
@@ -195,15 +205,17 @@ class PostgresTx(SqlTx):
             self._sequence = int(cursor.fetchone()[0])
 
     def begin_pipelined(
-        self, *, durable: bool, fences: Sequence[Claim], next_sequence: int
+        self, *, durable: bool, fences: Sequence[Claim], next_sequence: int | None
     ) -> None:
         """Open the write transaction inside the pipeline, without waiting for the server: the
-        claims' fences and the sequence counter are assumed to be as this writer last left
-        them, and the server checks it — a fence that does not hold, or a counter another
-        writer moved, fails the statement, so the whole transaction and nothing of it is kept
-        (the writer then runs the batch again the checked way: :meth:`begin`). Each message
-        names something the server only knows when the statement runs (a count, a column):
-        a constant one would be raised while the statement is planned, whatever the case."""
+        claims' fences are assumed to hold, and the sequence counter (given ``next_sequence``)
+        to be where this writer last left it, and the server checks it — a fence that does
+        not hold, or a counter another writer moved, fails the statement, so the whole
+        transaction and nothing of it is kept (the writer then runs the batch again the
+        checked way: :meth:`begin`). Each message names something the server only knows when
+        the statement runs (a count, a column): a constant one would be raised while the
+        statement is planned, whatever the case. Without ``next_sequence``, the counter is
+        locked and read when the first event needs it (by then its answer is usually in)."""
         self.execute("BEGIN", ())
         self.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}", ())
         sent = time.monotonic()
@@ -216,6 +228,10 @@ class PostgresTx(SqlTx):
             )
             self._fenced[claim.run_id] = True
             self.extended(claim, sent)
+        if next_sequence is None:
+            if fences:
+                self._counter = self.execute(_LOCK_COUNTER)
+            return
         self.execute(
             "SELECT CASE WHEN next_sequence = ? THEN 0 ELSE "
             "('stead: assumed the sequence counter at ' || ?::text || ', found '"
@@ -272,9 +288,8 @@ class PostgresTx(SqlTx):
     @property
     def next_sequence(self) -> int:
         if self._sequence is None:
-            row = self.conn.execute(
-                "SELECT next_sequence FROM stead_meta WHERE singleton = 1 FOR UPDATE"
-            ).fetchone()
+            counter, self._counter = self._counter, None
+            row: Any = (counter or self.execute(_LOCK_COUNTER)).fetchone()
             self._sequence = int(row[0])
         return self._sequence
 
@@ -286,13 +301,15 @@ class PostgresTx(SqlTx):
     def sequence_written(self) -> int | None:
         """The counter as this transaction leaves it, if it locked the counter (else None:
         another writer may have moved it meanwhile)."""
+        if self._sequence is None and self._counter is not None and self.pipeline is None:
+            return self.next_sequence  # locked in a closed pipeline: its answer is in
         return self._sequence
 
     def write_sequence(self) -> None:
         """Before commit: store the next free sequence (if this transaction handed any out)."""
         if self._sequence is not None:
-            self.conn.execute(
-                "UPDATE stead_meta SET next_sequence = %s WHERE singleton = 1", (self._sequence,)
+            self.execute(
+                "UPDATE stead_meta SET next_sequence = ? WHERE singleton = 1", (self._sequence,)
             )
 
     # -- transaction plumbing ----------------------------------------------------------------
@@ -300,9 +317,8 @@ class PostgresTx(SqlTx):
     def savepoint(self) -> None:
         """Before a checked job. In a pipelined batch no savepoint is sent: a job whose answer
         is an error raises :class:`Unpipelined` at :meth:`rollback_savepoint`, and the writer
-        writes the batch again statement by statement, with savepoints. (psycopg forgets every
-        prepared statement when it sees a ROLLBACK, and in a pipeline it has the server forget
-        them after statements it already counts as prepared were sent.)"""
+        writes the batch again statement by statement, with savepoints (rare: a refused
+        command, a lost claim)."""
         self.write_events()
         if self.pipeline is None:
             self.conn.execute("SAVEPOINT job")

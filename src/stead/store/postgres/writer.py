@@ -35,6 +35,7 @@ from ...errors import StorageError
 from ...journal.records import Claim, Event
 from ..jobs import Job, call_job, run_jobs
 from .tx import PostgresTx, Unpipelined
+from .wire import Forgotten, Wire
 
 T = TypeVar("T")
 
@@ -90,6 +91,7 @@ class PostgresWriter:
         except BaseException:
             self._executor.shutdown(wait=True)
             raise
+        self._wire = Wire(self._conn)
         self.poisoned: StorageError | None = None
         #: The sequence counter as this writer's last commit left it (None: unknown).
         self._sequence: int | None = None
@@ -207,8 +209,7 @@ class PostgresWriter:
             for job in batch:
                 call_job(tx, job, self._storage_errors)
         except BaseException:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
+            self._rollback()
             raise
         # COMMIT ends a read-only transaction as ROLLBACK would; psycopg, seeing a ROLLBACK,
         # forgets every statement it prepared on the connection (DEALLOCATE ALL), and the
@@ -227,6 +228,13 @@ class PostgresWriter:
         while True:
             try:
                 return self._write(batch)
+            except Forgotten:  # psycopg had the server drop the wire's statements
+                if attempt == COLLISIONS:
+                    raise
+                for job in batch:
+                    job.result, job.error = None, None
+                attempt += 1
+                continue
             except (pg.DeadlockDetected, pg.SerializationFailure):
                 if attempt == COLLISIONS:
                     raise
@@ -279,8 +287,7 @@ class PostgresWriter:
         try:
             self._pipelined(tx, body)
         except BaseException as failure:
-            with contextlib.suppress(Exception):
-                self._conn.execute("ROLLBACK")
+            self._rollback()
             if _ASSUMED.search(str(failure)) is not None:
                 raise _Assumed from failure
             raise
@@ -292,22 +299,35 @@ class PostgresWriter:
     def _write_checked(
         self, batch: list[Job[Any]], fences: list[Claim], durable: bool, *, pipelined: bool
     ) -> list[Event]:
-        """The batch in two round trips or more: the first (no parameters: the simple query
-        protocol takes several statements) checks the claims' fences and locks the counter;
-        then the jobs' statements, pipelined — the batch waits for the server once more, not
-        once a statement (a statement whose result is read waits there) — or, when a checked
-        job's answer is an error (``PostgresTx.savepoint``), one after another."""
+        """A batch whose jobs read what they decide on (claims, a run's start and end,
+        commands). Pipelined: the transaction opens as :meth:`_write_assuming`'s does, but
+        locks the counter instead of assuming it (read when the first event needs it), and
+        the batch waits for the server where a job reads a result and at its end. Else
+        (a checked job's answer was an error, ``PostgresTx.savepoint``, or a claim was lost)
+        one statement after another: the first round trip checks the fences and locks the
+        counter, and a savepoint around each checked job undoes its writes alone."""
         tx = self._make_tx(self._conn, False)
+
+        def body() -> None:
+            tx.begin_pipelined(durable=durable, fences=fences, next_sequence=None)
+            self._finish(tx, batch)
+
         try:
-            tx.begin(durable=durable, fences=fences)
             if pipelined:
-                self._pipelined(tx, lambda: self._finish(tx, batch))
+                self._pipelined(tx, body)
             else:
+                tx.begin(durable=durable, fences=fences)
                 self._finish(tx, batch)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._conn.execute("ROLLBACK")
+        except BaseException as failure:
+            self._rollback()
+            if pipelined and _ASSUMED.search(str(failure)) is not None:
+                # A claim was lost: written again statement by statement, the job writing
+                # under it gets LeaseLostError as its answer, and the others go on.
+                raise Unpipelined from failure
             raise
+        finally:
+            if not pipelined:  # its savepoints went through psycopg, which may drop them all
+                self._wire.forget()
         tx.committed()
         if tx.sequence_written is not None:
             self._sequence = tx.sequence_written
@@ -318,25 +338,34 @@ class PostgresWriter:
         run_jobs(tx, batch, self._storage_errors)
         tx.write_events()
         tx.write_sequence()
-        self._conn.execute("COMMIT")
+        tx.execute("COMMIT")
 
     def _pipelined(self, tx: PostgresTx, body: Callable[[], None]) -> None:
-        """``body()`` with ``tx``'s statements pipelined. A statement the server failed is
-        raised once the pipeline closed with nothing in flight (psycopg logs a failure of its
-        closing that comes while another is in flight)."""
+        """``body()`` with ``tx``'s statements pipelined (:class:`Wire`). The first failure,
+        of ``body`` or of a statement the server ran, is raised once the pipeline closed with
+        nothing in flight."""
         failure: BaseException | None = None
+        self._wire.open()
+        tx.pipeline = self._wire
         try:
-            with self._conn.pipeline() as tx.pipeline:
-                try:
-                    body()
-                except self._storage_errors as exc:
-                    failure = exc
+            body()
         except BaseException as exc:
-            failure = failure or exc
+            failure = exc
         finally:
             tx.pipeline = None
+            try:
+                self._wire.close()
+            except BaseException as exc:
+                failure = failure or exc
         if failure is not None:
             raise failure
+
+    def _rollback(self) -> None:
+        """End a failed transaction. psycopg, seeing the ROLLBACK, has the server forget the
+        connection's prepared statements: the wire's too."""
+        with contextlib.suppress(Exception):
+            self._conn.execute("ROLLBACK")
+        self._wire.forget()
 
     # -- back on the loop --------------------------------------------------------------------
 

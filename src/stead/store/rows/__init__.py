@@ -6,7 +6,8 @@ backend's transaction class (``store.sqlite.tx.SqliteTx``) adds only its connect
 
 from __future__ import annotations
 
-from ._base import POSTGRES, SQLITE, Dialect, SqlBase
+from ...journal.records import Interaction, Operation, Run
+from ._base import POSTGRES, SQLITE, Dialect, SqlBase, interaction_of, operation_of, run_of
 from .blobs import BlobRows
 from .events import EventRows
 from .inbox import InboxRows
@@ -30,3 +31,16 @@ class SqlTx(
     SqlBase,
 ):
     """Every row operation of the :class:`~stead.journal.protocol.Tx` protocol."""
+
+    def run_journal(self, run_id: str) -> tuple[Run | None, list[Operation], list[Interaction]]:
+        """A run, its operations and its interactions, asked for before any is read: a
+        pipelined transaction waits for the server once for the three."""
+        run = self.ask_run(run_id)
+        operations = self.ask_operations(run_id)
+        interactions = self.ask_run_interactions(run_id)
+        row = run.fetchone()
+        return (
+            run_of(row) if row else None,
+            [operation_of(found) for found in operations.fetchall()],
+            [interaction_of(found) for found in interactions.fetchall()],
+        )

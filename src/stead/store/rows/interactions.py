@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..._json import JSON, dumps
 from ...journal.records import Interaction
 from ._base import INTERACTION_SELECT, SqlBase, interaction_of
@@ -41,11 +43,12 @@ class InteractionRows(SqlBase):
         return interaction_of(row) if row else None
 
     def run_interactions(self, run_id: str) -> list[Interaction]:
+        return [interaction_of(row) for row in self.ask_run_interactions(run_id).fetchall()]
+
+    def ask_run_interactions(self, run_id: str) -> Any:
+        """The statement :meth:`run_interactions` reads its rows from (sent, not read yet)."""
         order = f"i.requested_at, i.{self.dialect.insertion_order}"
-        rows = self.execute(
-            f"{INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY {order}", (run_id,)
-        ).fetchall()
-        return [interaction_of(row) for row in rows]
+        return self.execute(f"{INTERACTION_SELECT} WHERE i.run_id = ? ORDER BY {order}", (run_id,))
 
     def list_interactions(
         self, *, status: str | None, session_id: str | None, run_id: str | None, limit: int

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..._json import JSON, dumps
 from ...journal.records import Operation, Recovery
 from ._base import OP_COLUMNS, SqlBase, operation_of
@@ -10,11 +12,14 @@ from .events import operation_event
 
 class OperationRows(SqlBase):
     def operations(self, run_id: str) -> list[Operation]:
-        rows = self.execute(
+        return [operation_of(row) for row in self.ask_operations(run_id).fetchall()]
+
+    def ask_operations(self, run_id: str) -> Any:
+        """The statement :meth:`operations` reads its rows from (sent, not read yet)."""
+        return self.execute(
             f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
             (run_id,),
-        ).fetchall()
-        return [operation_of(row) for row in rows]
+        )
 
     def get_operation(self, run_id: str, key: str) -> Operation | None:
         row = self.execute(

@@ -22,10 +22,12 @@ from ._base import (
 
 class RunRows(SqlBase):
     def get_run(self, run_id: str) -> Run | None:
-        row = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,)
-        ).fetchone()
+        row = self.ask_run(run_id).fetchone()
         return run_of(row) if row else None
+
+    def ask_run(self, run_id: str) -> Any:
+        """The statement :meth:`get_run` reads its row from (sent, not read yet)."""
+        return self.execute(f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,))
 
     def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
         row = self.execute(
