@@ -25,7 +25,8 @@ class AgentDefinition:
 
     async def execute(self, ctx: RunContext) -> Completion:
         run = ctx.run
-        history = await ctx.read(lambda tx: session_history(tx, run))
+        # A session's first run (or one after a fresh start) has no history to read.
+        history = await ctx.read(lambda tx: session_history(tx, run)) if run.history_length else []
         outcome = await run_agent_loop(
             self.agent, ctx, run.input["prompt"], history=history, prices=self.prices
         )
