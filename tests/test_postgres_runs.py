@@ -370,6 +370,75 @@ async def test_a_worker_is_not_woken_by_its_own_notifications(
     assert handed == ["another-worker"]
 
 
+def _count_claimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The runs the workers' schedulers claimed (not the ones claimed with a submission)."""
+    from stead.store.postgres import store as pg
+
+    claimed: list[str] = []
+    claim = pg.PostgresStore._claim
+
+    def spy(self: Any, tx: Any, **options: Any) -> Any:
+        claims, wakeup = claim(self, tx, **options)
+        claimed.extend(found.run_id for found in claims)
+        return claims, wakeup
+
+    monkeypatch.setattr(pg.PostgresStore, "_claim", spy)
+    return claimed
+
+
+async def test_a_run_a_worker_submits_is_claimed_with_its_submission(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's own submission at its session's head claims the run in the same
+    transaction and starts it there: no claim of the scheduler's, no notification; a run
+    submitted while the worker has no room is claimed the usual way, once there is."""
+    claimed = _count_claimed(monkeypatch)
+    entered, gate = asyncio.Event(), asyncio.Event()
+    store = _store(schema)
+    async with await _paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
+        first = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
+        conn = store.connect()
+        try:
+            owner = conn.execute(
+                f'SELECT claimed_by FROM "{schema}".stead_runs WHERE id = %s', (first.id,)
+            ).fetchone()
+        finally:
+            conn.close()
+        await asyncio.wait_for(entered.wait(), 10)
+        second = await runtime.submit("a", session_id="s2", request_id="r", prompt="go")
+        gate.set()
+        assert (await first.result(timeout=10)).output == "done"
+        assert (await second.result(timeout=10)).output == "done"
+    assert owner == (store.worker,)
+    assert first.id not in claimed
+    assert second.id in claimed
+
+
+async def test_a_claim_taken_with_a_submission_and_no_room_is_given_back() -> None:
+    """The room a runtime had when it submitted may be gone when the claim comes back: the
+    scheduler gives the claim back for any worker to take."""
+    from stead.journal.records import Claim
+    from stead.runtime.scheduler import Scheduler
+
+    released: list[Claim] = []
+
+    class Store:
+        async def release_claims(self, claims: list[Claim]) -> None:
+            released.extend(claims)
+
+    async def execute(claim: Claim) -> bool:
+        raise AssertionError("nothing runs without room")
+
+    scheduler = Scheduler(Store(), execute, max_concurrent_runs=1)  # type: ignore[arg-type]
+    scheduler.adopt(Claim("run_1", 3))  # never started: no room
+    for _ in range(100):
+        if released:
+            break
+        await asyncio.sleep(0.01)
+    assert released == [Claim("run_1", 3)]
+    assert not scheduler.active
+
+
 async def test_with_no_runtime_a_client_applies_the_command_and_the_next_runtime_goes_on(
     schema: str,
 ) -> None:

@@ -264,8 +264,11 @@ class SharedStore(OwnedStore, Protocol):
     async def declare_agents(self, latest: dict[str, str]) -> None: ...
 
     async def apply_command(
-        self, command: Command, version_of: Any, max_pending: int | None
-    ) -> JSON: ...
+        self, command: Command, version_of: Any, max_pending: int | None, *, claim: bool = False
+    ) -> tuple[JSON, Claim | None]:
+        """Apply ``command`` in place; with ``claim``, a run it submits at its session's head
+        is claimed for this runtime at once (its claim returned)."""
+        ...
 
 
 class ClientStore(Protocol):

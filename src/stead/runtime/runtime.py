@@ -263,10 +263,12 @@ class Runtime(Client):
         written: an unknown task is a :class:`NotFoundError` listing the registered ones."""
         return self.app.task_input(task, value)
 
-    def _accepted(self, run_id: str, ready: bool) -> None:
+    def _accepted(self, run_id: str, ready: bool, claim: Claim | None = None) -> None:
         """A new run at its session's head starts at once, without asking the scheduler (on a
-        shared store, the scheduler claims it)."""
-        if ready and self._resumed and not self.shared and self._scheduler.has_room():
+        shared store, with the claim its submission took, else the scheduler claims it)."""
+        if claim is not None:
+            self._scheduler.adopt(claim)
+        elif ready and self._resumed and not self.shared and self._scheduler.has_room():
             self._scheduler.start(Claim(run_id))
         else:
             self._wake()
@@ -280,10 +282,16 @@ class Runtime(Client):
     async def _apply(self, command: Command) -> Any:
         self._check()
         if self.shared:
-            answer = await cast(SharedStore, self.store).apply_command(
-                command, self.app.version_of, self.limits.max_pending_runs
+            answer, claim = await cast(SharedStore, self.store).apply_command(
+                command,
+                self.app.version_of,
+                self.limits.max_pending_runs,
+                claim=self._resumed and self._scheduler.has_room(),
             )
-            self._applied(command, answer)
+            if claim is not None:
+                self._accepted(claim.run_id, True, claim)
+            else:
+                self._applied(command, answer)
             return answer
         answer = await self.store.transact(
             functools.partial(

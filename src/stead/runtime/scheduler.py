@@ -52,6 +52,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._stopped = False
+        self._releasing: set[asyncio.Task[None]] = set()
         #: Set while draining: claim nothing more; executions hand their run back at their
         #: next journal boundary.
         self.draining = False
@@ -78,6 +79,18 @@ class Scheduler:
         if run_id not in self.active and not self._stopped:
             self.claims[run_id] = claim
             self.active[run_id] = asyncio.create_task(self._run(claim), name=f"stead-run:{run_id}")
+
+    def adopt(self, claim: Claim) -> None:
+        """Execute a run claimed elsewhere for this runtime (with its submission); without
+        room for it now, give the claim back for any worker to take."""
+        if self.has_room() and claim.run_id not in self.active:
+            self.start(claim)
+            return
+        self._held.append(claim)
+        release = asyncio.get_running_loop().create_task(self._release())
+        self._releasing.add(release)
+        release.add_done_callback(self._releasing.discard)
+        self._wake.set()
 
     def cancel(self, run_id: str) -> None:
         task = self.active.get(run_id)

@@ -21,7 +21,8 @@ from ..._ids import jitter
 from ..._json import JSON
 from ...errors import NotFoundError, SchemaVersionError, StorageError
 from ...journal import transitions
-from ...journal.commands import Cancel, Command, Submit, SubmitTask
+from ...journal.commands import Cancel, Command, Fork, Submit, SubmitTask
+from ...journal.records import RUNNABLE_STATUSES, Claim
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -77,7 +78,8 @@ class PostgresClient:
         """Apply ``command`` (a client has no registry: a submission without a version is
         pinned to the version a runtime registered last). ``timeout`` bounds the wait for a
         free connection of the pool."""
-        return await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
+        answer, _ = await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
+        return answer
 
     def apply(
         self,
@@ -86,8 +88,11 @@ class PostgresClient:
         max_pending: int | None,
         *,
         timeout: float = 30.0,
-    ) -> JSON:
-        """Apply ``command`` in its own transaction, run again while it collides (blocking)."""
+        claim_for: str | None = None,
+    ) -> tuple[JSON, Claim | None]:
+        """Apply ``command`` in its own transaction, run again while it collides (blocking).
+        With ``claim_for`` (a worker's id), a run the command submits at its session's head is
+        claimed for that worker in the same transaction, and its claim returned."""
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
 
@@ -96,7 +101,7 @@ class PostgresClient:
             try:
                 with self._pool.connection(timeout=timeout) as conn:
                     return self._store.guarded(
-                        lambda: self._apply(conn, command, version_of, max_pending),
+                        lambda: self._apply(conn, command, version_of, max_pending, claim_for),
                         passing=retryable,
                     )
             except retryable:
@@ -120,7 +125,8 @@ class PostgresClient:
         command: Command,
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
-    ) -> JSON:
+        claim_for: str | None,
+    ) -> tuple[JSON, Claim | None]:
         store = self._store
         conn.execute("BEGIN")
         try:
@@ -135,18 +141,44 @@ class PostgresClient:
             notices = [store.worker]  # a runtime's own: it skips them ("" from a client)
             if isinstance(command, Cancel) and isinstance(answer, list):
                 notices = [f"cancel:{run_id}" for run_id in answer] or notices
-            # Nothing more is read: the events, the counter, the notifications and the commit
-            # go to the server together, and the command waits for it once.
+            claiming: str | None = None  # the run to claim for claim_for
+            if (
+                claim_for is not None
+                and isinstance(command, Submit | SubmitTask | Fork)
+                and isinstance(answer, dict)
+                and answer["ready"]
+            ):
+                claiming = str(answer["run_id"])
+                notices = []  # nothing for the other workers to take
+            # Nothing more is read: the events, the counter, the claim, the notifications and
+            # the commit go to the server together, and the command waits for it once.
+            claimed = None
             with conn.pipeline():
                 tx.write_events()
                 tx.write_sequence()
+                if claiming is not None and claim_for is not None:
+                    claimed = _claim_new(tx, claiming, claim_for, store.lease_seconds)
                 for notice in notices:
                     conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
                 conn.execute("COMMIT")
-            return answer
+            epoch = claimed.fetchone() if claimed is not None else None
+            return answer, Claim(str(claiming), int(epoch[0])) if epoch is not None else None
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+
+def _claim_new(tx: PostgresTx, run_id: str, worker: str, lease_seconds: float) -> Any:
+    """Claim for ``worker`` a run this transaction just submitted at its session's head: the
+    statement whose row is the claim's epoch (none if the run was not runnable and unclaimed
+    after all: the worker's scheduler then claims it as any other)."""
+    ready = ", ".join(f"'{status}'" for status in RUNNABLE_STATUSES)
+    return tx.execute(
+        "UPDATE stead_runs SET claim_epoch = claim_epoch + 1, claimed_by = ?, "
+        "lease_until = clock_timestamp() + make_interval(secs => ?) "
+        f"WHERE id = ? AND claimed_by IS NULL AND status IN ({ready}) RETURNING claim_epoch",
+        (worker, lease_seconds, run_id),
+    )
 
 
 def _read(conn: Any, store: PostgresStore, fn: Callable[[PostgresTx], T]) -> T:

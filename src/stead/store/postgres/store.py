@@ -419,12 +419,25 @@ class PostgresStore:
         command: Command,
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
-    ) -> JSON:
+        *,
+        claim: bool = False,
+    ) -> tuple[JSON, Claim | None]:
         """Apply a command for a runtime: its own transaction on the pool, and a notification
-        (see :mod:`.client`)."""
-        await asyncio.to_thread(self.client_open)
+        (see :mod:`.client`). With ``claim``, a run it submits at its session's head is
+        claimed for this worker in the same transaction (its claim is returned): the runtime
+        starts it without asking again, and the other workers are not woken for it."""
+        if self._client is None:
+            await asyncio.to_thread(self.client_open)
         assert self._client is not None
-        return await asyncio.to_thread(self._client.apply, command, version_of, max_pending)
+        return await asyncio.to_thread(
+            functools.partial(
+                self._client.apply,
+                command,
+                version_of,
+                max_pending,
+                claim_for=self.worker if claim else None,
+            )
+        )
 
     def guarded(self, fn: Callable[[], T], *, passing: tuple[type[BaseException], ...] = ()) -> T:
         """``fn()``, with a failure of the server or the connection as one
