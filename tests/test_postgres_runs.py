@@ -133,6 +133,36 @@ async def test_statements_the_server_forgot_are_prepared_again(
     assert [status for _, status in rows] == ["completed"] * 3, rows
 
 
+async def test_a_command_whose_statements_the_server_forgot_is_applied_again(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands send their statements prepared, as the writer does; on a connection of the
+    pool whose statements the server forgot, the command is applied again from the start."""
+    from stead.store.postgres import wire
+
+    forgotten: list[str] = []
+    receive = wire.Wire._receive_one
+
+    def spy(self: Any) -> None:
+        try:
+            receive(self)
+        finally:
+            if isinstance(self._failure, wire.Forgotten) and not forgotten:
+                forgotten.append(str(self._failure))
+
+    monkeypatch.setattr(wire.Wire, "_receive_one", spy)
+    async with await _bank([]).open(_store(schema)):
+        pass  # the schema and the agent's version
+    store = _store(schema, min_size=1, max_size=1)  # one connection: the one that forgot
+    async with stead.Client(store, command_timeout=10) as client:
+        first = await client.submit("bank", session_id="s1", request_id="r", prompt="wire")
+        await asyncio.to_thread(store.client_read, lambda tx: tx.execute("DEALLOCATE ALL"))
+        second = await client.submit("bank", session_id="s2", request_id="r", prompt="wire")
+        runs = {run.id for run in (await client.list_runs()).runs}
+    assert forgotten and "does not exist" in forgotten[0], forgotten
+    assert {first.id, second.id} <= runs
+
+
 async def test_a_step_larger_than_the_sockets_buffers_is_written_whole(schema: str) -> None:
     """A batch the server cannot take in one read (a 3.5 MB tool result): the writer sends it
     while it reads the server's answers, and the result is stored as it was."""

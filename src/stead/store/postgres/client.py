@@ -7,13 +7,17 @@ is locked before it is read — the run and the interaction (``FOR UPDATE``), th
 advisory lock) — so it and a worker's fenced write to that run, or another command, happen one
 after the other, and each statement sees what committed before it (``READ COMMITTED``). A
 command that collides with another transaction (a deadlock, a duplicate key raced in) is run
-again from the start.
+again from the start. Its statements go through libpq's pipeline (:class:`~.wire.Wire`): it
+waits for the server where it reads, and once for its last writes and the commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +28,7 @@ from ...journal import transitions
 from ...journal.commands import Cancel, Command, Fork, Submit, SubmitTask
 from ...journal.records import RUNNABLE_STATUSES, Claim
 from .tx import PostgresTx
+from .wire import Forgotten, Wire
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -43,6 +48,8 @@ class PostgresClient:
         from psycopg_pool import ConnectionPool, PoolTimeout
 
         self._store = store
+        self._wires: weakref.WeakKeyDictionary[Any, Wire] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
         conn = store.connect()  # one clear error for a server, database or schema we cannot use
         try:
             check_version(store, conn)
@@ -96,7 +103,8 @@ class PostgresClient:
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
 
-        retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation)
+        # A statement the server forgot (the pool rolled the connection back) is one too.
+        retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation, Forgotten)
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with self._pool.connection(timeout=timeout) as conn:
@@ -128,9 +136,12 @@ class PostgresClient:
         claim_for: str | None,
     ) -> tuple[JSON, Claim | None]:
         store = self._store
-        conn.execute("BEGIN")
+        wire = self._wire(conn)
+        tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
+        wire.open()
+        tx.pipeline = wire  # the command waits for the server where it reads, and at its end
         try:
-            tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
+            tx.execute("BEGIN")
             if (
                 version_of is None
                 and isinstance(command, Submit | SubmitTask)
@@ -152,20 +163,33 @@ class PostgresClient:
                 notices = []  # nothing for the other workers to take
             # Nothing more is read: the events, the counter, the claim, the notifications and
             # the commit go to the server together, and the command waits for it once.
+            tx.write_events()
+            tx.write_sequence()
             claimed = None
-            with conn.pipeline():
-                tx.write_events()
-                tx.write_sequence()
-                if claiming is not None and claim_for is not None:
-                    claimed = _claim_new(tx, claiming, claim_for, store.lease_seconds)
-                for notice in notices:
-                    conn.execute("SELECT pg_notify(%s, %s)", (store.channel, notice))
-                conn.execute("COMMIT")
+            if claiming is not None and claim_for is not None:
+                claimed = _claim_new(tx, claiming, claim_for, store.lease_seconds)
+            for notice in notices:
+                tx.execute("SELECT pg_notify(?, ?)", (store.channel, notice))
+            tx.execute("COMMIT")
+            tx.pipeline = None
+            wire.close()
             epoch = claimed.fetchone() if claimed is not None else None
             return answer, Claim(str(claiming), int(epoch[0])) if epoch is not None else None
         except BaseException:
+            tx.pipeline = None
+            with contextlib.suppress(Exception):  # what failed is already being raised
+                wire.close()
             conn.execute("ROLLBACK")
+            wire.forget()  # psycopg, seeing the ROLLBACK, has the server forget them
             raise
+
+    def _wire(self, conn: Any) -> Wire:
+        """The wire of a connection of the pool (its prepared statements live as long)."""
+        with self._lock:
+            wire = self._wires.get(conn)
+            if wire is None:
+                wire = self._wires[conn] = Wire(conn)
+            return wire
 
 
 def _claim_new(tx: PostgresTx, run_id: str, worker: str, lease_seconds: float) -> Any:

@@ -2,16 +2,16 @@
 
 psycopg's cursor does a good deal for every statement (a cursor object, query conversion,
 adaptation, its prepared-statement bookkeeping, a pipeline round of its own), about 30 µs here:
-ten of them cost a journal write more than the server does. The writer's batches send the same
-few statement texts over and over, so :class:`Wire` sends them itself: each text is prepared
-once per connection under a name of its own (``stead_N``, apart from psycopg's ``_pg3_N``), its
-parameters go as text (the server infers their types from the statement, as it does for the
-columns they meet), and results are loaded by psycopg's own loaders.
+ten of them cost a journal write more than the server does. The writer's batches and the
+commands send the same few statement texts over and over, so :class:`Wire` sends them itself:
+each text is prepared once per connection under a name of its own (``stead_N``, apart from
+psycopg's ``_pg3_N``), its parameters go as text (the server infers their types from the
+statement, as it does for the columns they meet), and results are loaded by psycopg's own loaders.
 
 psycopg has the server forget every prepared statement after it saw a ``ROLLBACK`` on the
 connection (``DEALLOCATE ALL``), so whoever rolls back through psycopg calls :meth:`Wire.forget`;
 a statement the server no longer knows raises :class:`Forgotten`, which the writer takes as a
-batch to write again.
+batch to write again, and a command as one to apply again.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import re
 import select
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -65,6 +65,9 @@ class Statement:
     def fetchone(self) -> tuple[Any, ...] | None:
         rows = self.fetchall()
         return rows[0] if rows else None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
 
     @property
     def rowcount(self) -> int:
