@@ -27,20 +27,24 @@ from ..commands import (
 )
 from ..events import Submitted
 from ..protocol import InboxRow, Tx
-from ..records import RunStatus
+from ..records import Run, RunStatus
 from ._shared import VersionOf, _run
 from .decisions import cancel, resolve, respond, retry, signal
 
 
 def existing_submission(tx: Tx, session_id: str, request_id: str, submission: str) -> str | None:
     """The run an identical earlier submission created; a different one is a conflict."""
-    found = tx.find_request(session_id, request_id)
+    return _same_submission(tx.find_request(session_id, request_id), request_id, submission)
+
+
+def _same_submission(found: tuple[Run, str] | None, request_id: str, submission: str) -> str | None:
+    """``existing_submission`` of what ``Tx.find_request`` found."""
     if found is None:
         return None
     existing, existing_digest = found
     if existing_digest != submission:
         raise ConflictError(
-            f"request {request_id!r} of session {session_id!r} already belongs to run "
+            f"request {request_id!r} of session {existing.session_id!r} already belongs to run "
             f"{existing.id} with a different submission; use a new request_id for new work"
         )
     return existing.id
@@ -63,16 +67,15 @@ def submit(
 ) -> tuple[str, bool]:
     """Insert a run of an agent or a task (or find the identical earlier submission); True
     when it is ready. ``parent_id`` makes it a child the parent run owns."""
-    existing = existing_submission(tx, session_id, request_id, submission)
+    found, taken, busy = tx.submission_state(session_id, request_id, run_id)
+    existing = _same_submission(found, request_id, submission)
     if existing is not None:
         return existing, False
-    taken = tx.get_run(run_id)
     if taken is not None:
         raise ConflictError(
             f"run id {run_id!r} is taken by session {taken.session_id!r} request "
             f"{taken.request_id!r}; choose another run_id"
         )
-    busy = tx.unfinished_in_session(session_id)
     if busy is not None and not enqueue:
         raise ConflictError(
             f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "

@@ -154,13 +154,13 @@ class PostgresTx(SqlTx):
         ).fetchone()
         return interaction_of(row) if row else None
 
-    def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
+    def ask_find_request(self, session_id: str, request_id: str) -> Any:
         self._lock_session(session_id)
-        return super().find_request(session_id, request_id)
+        return super().ask_find_request(session_id, request_id)
 
-    def unfinished_in_session(self, session_id: str) -> Run | None:
+    def ask_unfinished_in_session(self, session_id: str) -> Any:
         self._lock_session(session_id)
-        return super().unfinished_in_session(session_id)
+        return super().ask_unfinished_in_session(session_id)
 
     def later_started(self, run: Run) -> Run | None:
         self._lock_session(run.session_id)

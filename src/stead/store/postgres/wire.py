@@ -91,6 +91,7 @@ class Wire:
         self._expected: collections.deque[Statement | str] = collections.deque()
         self._failure: BaseException | None = None
         self._open = False
+        self._unasked = False  # statements sent since the server was last asked to answer
 
     def forget(self) -> None:
         """The server forgot this connection's prepared statements (psycopg rolled back)."""
@@ -100,6 +101,7 @@ class Wire:
 
     def open(self) -> None:
         self._failure = None
+        self._unasked = False
         self._pgconn.nonblocking = 1
         self._pgconn.enter_pipeline_mode()
         self._open = True
@@ -138,6 +140,7 @@ class Wire:
         statement = Statement(self)
         pgconn.send_query_prepared(name, [self._dump(value) for value in params])
         self._expected.append(statement)  # sent with the next sync (libpq flushes a full buffer)
+        self._unasked = True
         return statement
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -147,20 +150,25 @@ class Wire:
     def sync(self) -> None:
         """Wait for every statement sent so far; raise the first failure."""
         if self._expected:
-            self._pgconn.send_flush_request()
-            self._send()
+            self._ask()
             self._receive(until_sync=False)
         self._raise()
 
     def wait_for(self, statement: Statement) -> None:
         """Wait until ``statement`` has its answer; raise the first failure."""
-        self._pgconn.send_flush_request()
-        self._send()
+        self._ask()
         while statement._result is None and self._failure is None:
             self._receive_one()
         self._raise()
 
     # -- the socket --------------------------------------------------------------------------
+
+    def _ask(self) -> None:
+        """Have the server answer everything sent so far (once: later waits find it)."""
+        if self._unasked:
+            self._pgconn.send_flush_request()
+            self._send()
+            self._unasked = False
 
     def _send(self) -> None:
         """Flush what libpq holds to the server, reading answers meanwhile (a server that

@@ -30,21 +30,45 @@ class RunRows(SqlBase):
         return self.execute(f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,))
 
     def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
-        row = self.execute(
+        row = self.ask_find_request(session_id, request_id).fetchone()
+        return (run_of(row), row[-1]) if row else None
+
+    def ask_find_request(self, session_id: str, request_id: str) -> Any:
+        """The statement :meth:`find_request` reads its row from (sent, not read yet)."""
+        return self.execute(
             f"SELECT {RUN_COLUMNS}, submission_digest FROM stead_runs "
             "WHERE session_id = ? AND request_id = ?",
             (session_id, request_id),
-        ).fetchone()
-        return (run_of(row), row[-1]) if row else None
+        )
 
     def unfinished_in_session(self, session_id: str) -> Run | None:
         """The newest unfinished run of a session, if any."""
-        row = self.execute(
+        row = self.ask_unfinished_in_session(session_id).fetchone()
+        return run_of(row) if row else None
+
+    def ask_unfinished_in_session(self, session_id: str) -> Any:
+        """The statement :meth:`unfinished_in_session` reads its row from (sent, not read)."""
+        return self.execute(
             f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? "
             f"AND status NOT IN {TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
             (session_id,),
-        ).fetchone()
-        return run_of(row) if row else None
+        )
+
+    def submission_state(
+        self, session_id: str, request_id: str, run_id: str
+    ) -> tuple[tuple[Run, str] | None, Run | None, Run | None]:
+        """What a submission decides on, asked for before any is read (a pipelined
+        transaction waits for the server once): the earlier submission of the request with
+        its digest, the run that has ``run_id``, and the session's newest unfinished run."""
+        found = self.ask_find_request(session_id, request_id)
+        taken = self.ask_run(run_id)
+        busy = self.ask_unfinished_in_session(session_id)
+        rows = found.fetchone(), taken.fetchone(), busy.fetchone()
+        return (
+            (run_of(rows[0]), rows[0][-1]) if rows[0] else None,
+            run_of(rows[1]) if rows[1] else None,
+            run_of(rows[2]) if rows[2] else None,
+        )
 
     def later_started(self, run: Run) -> Run | None:
         row = self.execute(
@@ -77,7 +101,7 @@ class RunRows(SqlBase):
         input: JSON,
         submission_digest: str,
         parent_id: str | None = None,
-    ) -> Run:
+    ) -> None:
         now = self.stamp()
         self.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
@@ -98,9 +122,6 @@ class RunRows(SqlBase):
                 parent_id,
             ),
         )
-        run = self.get_run(run_id)
-        assert run is not None
-        return run
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
