@@ -163,6 +163,38 @@ async def test_a_command_whose_statements_the_server_forgot_is_applied_again(
     assert {first.id, second.id} <= runs
 
 
+async def test_a_batch_begun_on_the_loop_that_would_wait_is_written_on_the_thread(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's steps are written from the event loop, which never waits for the server; a
+    job of such a batch that reads an answer has the batch written on the writer's thread,
+    from the start, and its answer is what it read."""
+    from stead.store.postgres import writer
+
+    moved: list[int] = []
+    again = writer.PostgresWriter._again_on_thread
+
+    def spy(self: Any, batch: list[Any]) -> None:
+        moved.append(len(batch))
+        again(self, batch)
+
+    monkeypatch.setattr(writer.PostgresWriter, "_again_on_thread", spy)
+    store = _store(schema)
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "done"
+        assert not moved  # the run's own steps never read on the loop
+        await asyncio.sleep(0.2)  # the scheduler's look for more work is over: a batch alone
+        answer = await store._open_writer().submit(
+            lambda tx: tx.execute("SELECT count(*) FROM stead_runs").fetchone()[0],
+            checked=False,
+        )
+    assert answer == 1
+    assert moved == [1]
+
+
 async def test_a_step_larger_than_the_sockets_buffers_is_written_whole(schema: str) -> None:
     """A batch the server cannot take in one read (a 3.5 MB tool result): the writer sends it
     while it reads the server's answers, and the result is stored as it was."""
@@ -209,16 +241,13 @@ def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from stead.store.postgres import writer
 
     refused: list[str] = []
-    assuming = writer.PostgresWriter._write_assuming
+    count = writer.PostgresWriter._refused
 
-    def spy(self: Any, *args: Any) -> Any:
-        try:
-            return assuming(self, *args)
-        except writer._Assumed as exc:
-            refused.append(str(exc.__cause__))
-            raise
+    def spy(self: Any, failure: BaseException) -> None:
+        refused.append(str(failure))
+        count(self, failure)
 
-    monkeypatch.setattr(writer.PostgresWriter, "_write_assuming", spy)
+    monkeypatch.setattr(writer.PostgresWriter, "_refused", spy)
     return refused
 
 

@@ -16,10 +16,11 @@ batch to write again, and a command as one to apply again.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import re
 import select
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -36,6 +37,11 @@ _UNKNOWN_STATEMENT = "26000"
 class Forgotten(Exception):
     """The server forgot a statement this wire prepared (psycopg deallocated it): nothing of
     the batch was kept; write it again."""
+
+
+class WouldWait(Exception):
+    """A statement's answer was asked for on the event loop, which must not wait for the server
+    (:meth:`Wire.open` with ``wait=False``): the batch is written on the writer's thread."""
 
 
 class Statement:
@@ -92,6 +98,10 @@ class Wire:
         self._failure: BaseException | None = None
         self._open = False
         self._unasked = False  # statements sent since the server was last asked to answer
+        self._wait = True
+        #: Whether the pipeline's end was sent (False) and its answer read (True).
+        self._synced: bool | None = None
+        self._pending: pq.abc.PGresult | None = None  # a result whose None is still due
 
     def forget(self) -> None:
         """The server forgot this connection's prepared statements (psycopg rolled back)."""
@@ -99,9 +109,12 @@ class Wire:
 
     # -- the pipeline ------------------------------------------------------------------------
 
-    def open(self) -> None:
+    def open(self, *, wait: bool = True) -> None:
+        """Start a pipeline. Without ``wait`` (on the event loop) nothing may wait for an
+        answer: :meth:`finish_soon` ends it, and a read raises :class:`WouldWait`."""
         self._failure = None
         self._unasked = False
+        self._wait = wait
         self._pgconn.nonblocking = 1
         self._pgconn.enter_pipeline_mode()
         self._open = True
@@ -112,17 +125,92 @@ class Wire:
         if not self._open:
             return
         try:
-            self._pgconn.pipeline_sync()
+            if self._synced is None:
+                self._pgconn.pipeline_sync()
+                self._synced = False
             self._send()
             self._receive(until_sync=True)
         finally:
-            self._open = False
-            self._expected.clear()
-            self._pgconn.exit_pipeline_mode()
-            self._pgconn.nonblocking = 0
+            self._end()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
+
+    def _end(self) -> None:
+        self._open = False
+        self._synced = None
+        self._pending = None
+        self._expected.clear()
+        self._pgconn.exit_pipeline_mode()
+        self._pgconn.nonblocking = 0
+
+    def finish_soon(
+        self, loop: asyncio.AbstractEventLoop, done: Callable[[BaseException | None], None]
+    ) -> None:
+        """End the pipeline without blocking the event loop: the answers are read as they
+        come (``loop.add_reader``), and ``done(first failure or None)`` is called on the loop
+        once the last is in and the connection is out of pipeline mode."""
+        pgconn = self._pgconn
+        fd = pgconn.socket
+        pgconn.pipeline_sync()
+        self._synced = False
+
+        over = False
+
+        def finished(failure: BaseException | None) -> None:
+            nonlocal over
+            if over:
+                return
+            over = True
+            loop.remove_reader(fd)
+            loop.remove_writer(fd)
+            try:
+                self._end()
+            except BaseException as exc:  # a connection left in a state libpq refuses
+                failure = failure or exc
+            self._failure = None
+            done(failure)
+
+        def readable() -> None:
+            if over:
+                return
+            try:
+                pgconn.consume_input()
+                while not self._synced and not pgconn.is_busy():
+                    self._take(pgconn.get_result())
+            except BaseException as exc:
+                finished(exc)
+                return
+            if self._synced:
+                finished(self._failure)
+
+        def writable() -> None:
+            try:
+                if not pgconn.flush():
+                    loop.remove_writer(fd)
+            except BaseException as exc:
+                finished(exc)
+
+        loop.add_reader(fd, readable)
+        if pgconn.flush():
+            loop.add_writer(fd, writable)
+
+    def _take(self, result: pq.abc.PGresult | None) -> None:
+        """One more of the server's answers, read without waiting: a statement's result and
+        the None after it, or (once none is due) the pipeline's end."""
+        if not self._expected:
+            if result is not None and result.status == pq.ExecStatus.PIPELINE_SYNC:
+                self._synced = True
+            return
+        if result is not None:
+            if self._pending is not None:
+                raise psycopg.InterfaceError("the server sent more than one result a statement")
+            self._pending = result
+            return
+        if self._pending is None:
+            raise psycopg.InterfaceError("the server's answers ended before the pipeline's")
+        answer, self._pending = self._pending, None
+        self._settle(self._expected.popleft(), answer)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Statement:
         """Send ``sql`` (psycopg's ``%s`` marks) with ``params``; nothing waits for the server."""
@@ -165,6 +253,8 @@ class Wire:
 
     def _ask(self) -> None:
         """Have the server answer everything sent so far (once: later waits find it)."""
+        if not self._wait:
+            raise WouldWait
         if self._unasked:
             self._pgconn.send_flush_request()
             self._send()
@@ -192,6 +282,9 @@ class Wire:
         result = self._next_result()
         if self._next_result_or_none() is not None:  # one result a statement; then nothing
             raise psycopg.InterfaceError("the server sent more than one result a statement")
+        self._settle(expected, result)
+
+    def _settle(self, expected: Statement | str, result: pq.abc.PGresult) -> None:
         if result.status in _OK:
             pass
         elif isinstance(expected, str):  # not prepared (failed, or after a failure)
@@ -246,4 +339,4 @@ class Wire:
         return None if dumped is None else bytes(dumped)
 
 
-__all__ = ["Forgotten", "Statement", "Wire"]
+__all__ = ["Forgotten", "Statement", "Wire", "WouldWait"]

@@ -1,19 +1,23 @@
-"""The PostgreSQL writer: group commit on a thread, in the order jobs were queued.
+"""The PostgreSQL writer: group commit on one connection, in the order jobs were queued.
 
-A round trip to the server costs more than a turn of the event loop, so batches run on one
-worker thread with their own connection, never on the loop. Jobs queued while a batch is in
-flight form the next batch: concurrent runs share a commit, and the order jobs were queued in is
-the order they commit in. Durability maps onto ``synchronous_commit``: a batch that holds a
-*barrier* commits with it ``on`` (the server flushed its WAL before the commit returns), any other
-with it ``off`` (the server has the commit; a server crash may lose the last few). Reads queue in
-the same line, so a read sees every write queued before it.
+A round trip to the server costs more than a turn of the event loop, and the loop must never
+wait for one. A batch of the journal's own writes (a run's steps), which reads no answer, is
+written from the loop: its statements are sent and the answers read as they come (the loop
+watches the socket). Any other batch — claims, a run's start and end, reads, commands — and
+any batch the loop began that went otherwise runs on one worker thread, which may wait. Jobs
+queued while a batch is in flight form the next batch: concurrent runs share a commit, and the
+order jobs were queued in is the order they commit in. Durability maps onto
+``synchronous_commit``: a batch that holds a *barrier* commits with it ``on`` (the server flushed
+its WAL before the commit returns), any other with it ``off`` (the server has the commit; a
+server crash may lose the last few). Reads queue in the same line, so a read sees every write
+queued before it.
 
 A batch of the journal's own writes (a run's steps) goes to the server in one round trip: the
 transaction opens inside the pipeline, assuming that the claims it writes under still hold and
 that the event-sequence counter is where this writer's last commit left it, and the server
 checks both before anything else. When another writer moved the counter meanwhile (a command,
 another worker) or a claim was lost, the server refuses the whole transaction and the batch is
-written again the checked way (two round trips: the first reads the fences and the counter).
+written again the checked way (on the thread: the counter is locked and read).
 
 A storage failure, or a failure of a job that has no savepoint of its own, poisons the writer:
 the batch is rolled back, and every job in it and every later job fails with the same
@@ -169,13 +173,88 @@ class PostgresWriter:
             self._settle(batch, [], self.poisoned)
             return
         self._in_flight = True
-        self._executor.submit(self._run, batch)
+        if self._may_assume(batch) and not any(job.read_only for job in batch):
+            self._write_on_loop(batch)
+        else:
+            self._executor.submit(self._run, batch)
 
-    def _run(self, batch: list[Job[Any]]) -> None:
-        """On the writer's thread: one transaction for the batch, then back to the loop."""
+    def _may_assume(self, batch: list[Job[Any]]) -> bool:
+        """Whether ``batch`` may be written on assumptions (:meth:`_write_assuming`)."""
+        return (
+            self._sequence is not None
+            and not any(job.checked and not job.read_only for job in batch)
+            and time.monotonic() >= self._assume_after
+        )
+
+    def _write_on_loop(self, batch: list[Job[Any]]) -> None:
+        """:meth:`_write_assuming` on the event loop, which waits for nobody: the statements
+        are sent and the answers read as they come, with no hand-off to the thread and back
+        (two thread wake-ups a step). Whatever goes otherwise — a job that would read an
+        answer, the server refusing the assumptions, a lost statement, a deadlock — goes to
+        the thread, which ends the transaction and writes the batch the usual way."""
+        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
+        assert self._sequence is not None
+        tx = self._make_tx(self._conn, False)
+        wire = self._wire
+        wire.open(wait=False)
+        tx.pipeline = wire
+        try:
+            tx.begin_pipelined(
+                durable=any(job.barrier for job in batch),
+                fences=fences,
+                next_sequence=self._sequence,
+            )
+            run_jobs(tx, batch, self._storage_errors)
+            tx.write_events()
+            tx.write_sequence()
+            tx.execute("COMMIT")
+        except BaseException:  # WouldWait, or a job's failure: the thread sees to it
+            self._again_on_thread(batch)
+            return
+        finally:
+            tx.pipeline = None
+
+        def done(failure: BaseException | None) -> None:
+            if failure is None:
+                tx.committed()
+                self._sequence = tx.sequence_written
+                self._missed = 0
+                self._done(batch, tx.events, None)
+                return
+            if _ASSUMED.search(str(failure)) is not None:
+                self._refused(failure)
+            self._again_on_thread(batch)
+
+        wire.finish_soon(self._loop, done)
+
+    def _again_on_thread(self, batch: list[Job[Any]]) -> None:
+        """A batch the loop began: on the thread, end what the connection holds of it
+        (nothing of it was kept) and write it again from the start."""
+        for job in batch:
+            job.result, job.error = None, None
+        self._executor.submit(self._run, batch, True)
+
+    def _refused(self, failure: BaseException) -> None:
+        """The server refused a batch's assumptions (``failure`` says which): another writer
+        moved the counter (a command, another worker), or a claim was lost. After two such
+        misses in a row assume nothing for a while (workers that share the schema move the
+        counter all the time)."""
+        self._sequence = None
+        self._missed += 1
+        if self._missed >= 2:
+            self._missed = 0
+            self._assume_after = time.monotonic() + self.assume_pause
+
+    def _run(self, batch: list[Job[Any]], begun: bool = False) -> None:
+        """On the writer's thread: one transaction for the batch, then back to the loop
+        (``begun``: the loop began it, and the connection is to be cleared first)."""
         events: list[Event] = []
         failure: StorageError | None = None
         try:
+            if begun:
+                with contextlib.suppress(Exception):  # what went wrong is known already
+                    self._wire.close()
+                self._rollback()
             if all(job.read_only for job in batch):
                 self._read(batch)
             else:
@@ -246,23 +325,13 @@ class PostgresWriter:
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
         fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
         durable = any(job.barrier for job in batch)
-        if (
-            self._sequence is not None
-            and not any(job.checked and not job.read_only for job in batch)
-            and time.monotonic() >= self._assume_after
-        ):
+        if self._may_assume(batch):
+            assert self._sequence is not None
             try:
                 return self._write_assuming(batch, fences, durable, self._sequence)
-            except _Assumed:
-                # Another writer moved the counter (a command, another worker), or a claim was
-                # lost: nothing was kept. Run the batch the checked way, which learns the
-                # counter; after two such misses in a row assume nothing for a while (workers
-                # that share the schema move the counter all the time).
-                self._sequence = None
-                self._missed += 1
-                if self._missed >= 2:
-                    self._missed = 0
-                    self._assume_after = time.monotonic() + self.assume_pause
+            except _Assumed as refused:
+                # Nothing was kept: run the batch the checked way, which learns the counter.
+                self._refused(refused.__cause__ or refused)
                 for job in batch:
                     job.result, job.error = None, None
         try:
