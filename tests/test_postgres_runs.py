@@ -195,6 +195,37 @@ async def test_a_batch_begun_on_the_loop_that_would_wait_is_written_on_the_threa
     assert moved == [1]
 
 
+async def test_a_barrier_commits_with_synchronous_commit_on_and_the_rest_with_it_off(
+    schema: str,
+) -> None:
+    """Durability maps onto ``synchronous_commit``: on for a batch holding a barrier (the
+    server flushed its WAL before the commit returns), off for any other."""
+    store = _store(schema)
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+
+    def setting(tx: Any) -> str:
+        return str(tx.execute("SELECT current_setting('synchronous_commit')").fetchone()[0])
+
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "done"
+        writer = store._open_writer()
+        found = {}
+        for barrier in (True, False):
+            for checked in (True, False):
+                await asyncio.sleep(0.1)  # a batch of its own
+                found[barrier, checked] = await writer.submit(
+                    setting, barrier=barrier, checked=checked
+                )
+    assert found == {
+        (True, True): "on",
+        (True, False): "on",
+        (False, True): "off",
+        (False, False): "off",
+    }
+
+
 async def test_a_step_larger_than_the_sockets_buffers_is_written_whole(schema: str) -> None:
     """A batch the server cannot take in one read (a 3.5 MB tool result): the writer sends it
     while it reads the server's answers, and the result is stored as it was."""

@@ -217,7 +217,8 @@ class PostgresTx(SqlTx):
         statement is planned, whatever the case. Without ``next_sequence``, the counter is
         locked and read when the first event needs it (by then its answer is usually in)."""
         self.execute("BEGIN", ())
-        self.execute(f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}", ())
+        if durable:  # the writer's connection commits with it off unless told (store.py)
+            self.execute("SET LOCAL synchronous_commit = on", ())
         sent = time.monotonic()
         for claim in fences:
             self.execute(
