@@ -54,7 +54,7 @@ def begin(
     is not runnable. A run whose definition is not ``registered`` is re-pinned to the version
     and input ``migration`` gives it (a task's ``migrate``), or else goes to needs_attention
     (with the reason a migration refused it)."""
-    current = tx.get_run(run_id)
+    current, previous = tx.run_to_begin(run_id)
     if current is None:
         return None
     due = (
@@ -91,7 +91,6 @@ def begin(
     if current.history_length is None and current.kind != "agent":
         fields["history_length"] = 0  # a task or graph run has no conversation
     elif current.history_length is None:  # a session's history is taken when the run first starts
-        previous = tx.latest_completed(current.session_id, current.number)
         head, length, source = None, 0, None
         if previous is not None and previous.outcome is not None:
             head, length = outcome_history(previous.outcome)

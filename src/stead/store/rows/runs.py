@@ -78,15 +78,20 @@ class RunRows(SqlBase):
         ).fetchone()
         return run_of(row) if row else None
 
-    def latest_completed(self, session_id: str, before: int) -> Run | None:
-        """The session's newest completed agent run before run ``before`` (whose conversation
-        is the session's history; task and graph runs have none)."""
-        row = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE session_id = ? AND number < ? "
+    def run_to_begin(self, run_id: str) -> tuple[Run | None, Run | None]:
+        """A run and its session's newest completed agent run before it (whose conversation is
+        the session's history; task and graph runs have none), asked for together: a
+        pipelined transaction waits for the server once for both."""
+        run = self.ask_run(run_id)
+        previous = self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs "
+            "WHERE session_id = (SELECT session_id FROM stead_runs WHERE id = ?) "
+            "AND number < (SELECT number FROM stead_runs WHERE id = ?) "
             "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
-            (session_id, before),
-        ).fetchone()
-        return run_of(row) if row else None
+            (run_id, run_id),
+        )
+        found, before = run.fetchone(), previous.fetchone()
+        return (run_of(found) if found else None, run_of(before) if before else None)
 
     def insert_run(
         self,
