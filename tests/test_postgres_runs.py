@@ -99,25 +99,29 @@ async def test_a_read_leaves_the_writers_prepared_statements_in_place(schema: st
     assert any(text.startswith("INSERT INTO stead_operations") for text in prepared), prepared
 
 
+def _count_forgotten(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first failure of a statement the server no longer knew (on the loop or a thread)."""
+    from stead.store.postgres import wire
+
+    forgotten: list[str] = []
+    settle = wire.Wire._settle
+
+    def spy(self: Any, expected: Any, result: Any) -> None:
+        settle(self, expected, result)
+        if isinstance(self._failure, wire.Forgotten) and not forgotten:
+            forgotten.append(str(self._failure))
+
+    monkeypatch.setattr(wire.Wire, "_settle", spy)
+    return forgotten
+
+
 async def test_statements_the_server_forgot_are_prepared_again(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The writer's statements are prepared once per connection; when the server forgot them
     (psycopg sends DEALLOCATE ALL after it saw a ROLLBACK), the batch that finds one missing
     is written again from the start and the run goes on."""
-    from stead.store.postgres import wire
-
-    forgotten: list[str] = []
-    receive = wire.Wire._receive_one
-
-    def spy(self: Any) -> None:
-        try:
-            receive(self)
-        finally:
-            if isinstance(self._failure, wire.Forgotten) and not forgotten:
-                forgotten.append(str(self._failure))
-
-    monkeypatch.setattr(wire.Wire, "_receive_one", spy)
+    forgotten = _count_forgotten(monkeypatch)
     store = _store(schema)
     async with _paused_run(store) as (run, gate, conn):
         await store.read(lambda tx: tx.execute("DEALLOCATE ALL"))
@@ -138,19 +142,7 @@ async def test_a_command_whose_statements_the_server_forgot_is_applied_again(
 ) -> None:
     """Commands send their statements prepared, as the writer does; on a connection of the
     pool whose statements the server forgot, the command is applied again from the start."""
-    from stead.store.postgres import wire
-
-    forgotten: list[str] = []
-    receive = wire.Wire._receive_one
-
-    def spy(self: Any) -> None:
-        try:
-            receive(self)
-        finally:
-            if isinstance(self._failure, wire.Forgotten) and not forgotten:
-                forgotten.append(str(self._failure))
-
-    monkeypatch.setattr(wire.Wire, "_receive_one", spy)
+    forgotten = _count_forgotten(monkeypatch)
     async with await _bank([]).open(_store(schema)):
         pass  # the schema and the agent's version
     store = _store(schema, min_size=1, max_size=1)  # one connection: the one that forgot
