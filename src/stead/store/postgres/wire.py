@@ -81,8 +81,9 @@ class Statement:
 
 
 class Wire:
-    """Statements of one connection in libpq's pipeline mode; used on one thread, between
-    :meth:`open` and :meth:`close`, while psycopg leaves the connection alone."""
+    """Statements of one connection in libpq's pipeline mode, between :meth:`open` and
+    :meth:`close` (or :meth:`finish_soon`), while psycopg leaves the connection alone; used by
+    one thread at a time (the event loop's or the writer's, handing over between batches)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
