@@ -192,9 +192,14 @@ class Wire:
             except BaseException as exc:
                 finished(exc)
 
+        unsent = pgconn.flush()
         loop.add_reader(fd, readable)
-        if pgconn.flush():
-            loop.add_writer(fd, writable)
+        if unsent:
+            try:
+                loop.add_writer(fd, writable)
+            except BaseException:
+                loop.remove_reader(fd)
+                raise
 
     def _take(self, result: pq.abc.PGresult | None) -> None:
         """One more of the server's answers, read without waiting: a statement's result and

@@ -196,23 +196,6 @@ class PostgresWriter:
         assert self._sequence is not None
         tx = self._make_tx(self._conn, False)
         wire = self._wire
-        wire.open(wait=False)
-        tx.pipeline = wire
-        try:
-            tx.begin_pipelined(
-                durable=any(job.barrier for job in batch),
-                fences=fences,
-                next_sequence=self._sequence,
-            )
-            run_jobs(tx, batch, self._storage_errors)
-            tx.write_events()
-            tx.write_sequence()
-            tx.execute("COMMIT")
-        except BaseException:  # WouldWait, or a job's failure: the thread sees to it
-            self._again_on_thread(batch)
-            return
-        finally:
-            tx.pipeline = None
 
         def done(failure: BaseException | None) -> None:
             if failure is None:
@@ -225,7 +208,25 @@ class PostgresWriter:
                 self._refused(failure)
             self._again_on_thread(batch)
 
-        wire.finish_soon(self._loop, done)
+        try:
+            wire.open(wait=False)
+            tx.pipeline = wire
+            tx.begin_pipelined(
+                durable=any(job.barrier for job in batch),
+                fences=fences,
+                next_sequence=self._sequence,
+            )
+            run_jobs(tx, batch, self._storage_errors)
+            tx.write_events()
+            tx.write_sequence()
+            tx.execute("COMMIT")
+            tx.pipeline = None
+            wire.finish_soon(self._loop, done)
+        except BaseException as exc:  # WouldWait, a job's failure, the connection's: the thread
+            tx.pipeline = None  # sees to it (and fails the store if the connection is gone)
+            self._again_on_thread(batch)
+            if not isinstance(exc, Exception):
+                raise
 
     def _again_on_thread(self, batch: list[Job[Any]]) -> None:
         """A batch the loop began: on the thread, end what the connection holds of it
