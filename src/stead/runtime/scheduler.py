@@ -83,7 +83,7 @@ class Scheduler:
     def adopt(self, claim: Claim) -> None:
         """Execute a run claimed elsewhere for this runtime (with its submission); without
         room for it now, give the claim back for any worker to take."""
-        if self.has_room() and claim.run_id not in self.active:
+        if self.has_room() and not self._stopped and claim.run_id not in self.active:
             self.start(claim)
             return
         self._held.append(claim)
