@@ -28,7 +28,9 @@ from ...journal import transitions
 from ...journal.commands import Cancel, Command, Fork, Submit, SubmitTask
 from ...journal.records import RUNNABLE_STATUSES, Claim
 from .tx import PostgresTx
-from .wire import Forgotten, Wire
+
+if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
+    from .wire import Wire
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -102,6 +104,8 @@ class PostgresClient:
         claimed for that worker in the same transaction, and its claim returned."""
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
+
+        from .wire import Forgotten
 
         # A statement the server forgot (the pool rolled the connection back) is one too.
         retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation, Forgotten)
@@ -185,6 +189,8 @@ class PostgresClient:
 
     def _wire(self, conn: Any) -> Wire:
         """The wire of a connection of the pool (its prepared statements live as long)."""
+        from .wire import Wire
+
         with self._lock:
             wire = self._wires.get(conn)
             if wire is None:

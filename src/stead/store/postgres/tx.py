@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._clock import Clock
 from ..._json import dumps
@@ -21,7 +21,9 @@ from ...errors import LeaseLostError
 from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
 from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of
-from .wire import Statement, Wire
+
+if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
+    from .wire import Statement, Wire
 
 #: Statuses a run that leaves ``running`` may go to without anything becoming runnable: it
 #: waits for people, or for its back-off (the workers' timers know when it ends).

@@ -32,14 +32,16 @@ import contextlib
 import re
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._ids import jitter
 from ...errors import StorageError
 from ...journal.records import Claim, Event
 from ..jobs import Job, call_job, run_jobs
 from .tx import PostgresTx, Unpipelined
-from .wire import Forgotten, Wire
+
+if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
+    from .wire import Wire
 
 T = TypeVar("T")
 
@@ -95,7 +97,9 @@ class PostgresWriter:
         except BaseException:
             self._executor.shutdown(wait=True)
             raise
-        self._wire = Wire(self._conn)
+        from .wire import Wire
+
+        self._wire: Wire = Wire(self._conn)
         self.poisoned: StorageError | None = None
         #: The sequence counter as this writer's last commit left it (None: unknown).
         self._sequence: int | None = None
@@ -303,6 +307,8 @@ class PostgresWriter:
         way. Nothing of a rolled-back attempt was kept, and jobs are written again from the
         start (as a command that collides is, ``client.py``)."""
         import psycopg.errors as pg
+
+        from .wire import Forgotten
 
         attempt = 1
         while True:
