@@ -55,6 +55,11 @@ _ASSUMED = re.compile(r'"stead: assumed ')
 COLLISIONS = 8
 
 
+def _fences(batch: list[Job[Any]]) -> list[Claim]:
+    """The claims a batch's jobs write under, each once, in order."""
+    return list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
+
+
 class _Assumed(Exception):
     """A batch written on assumptions the server found false; nothing of it was kept."""
 
@@ -196,17 +201,13 @@ class PostgresWriter:
         (two thread wake-ups a step). Whatever goes otherwise — a job that would read an
         answer, the server refusing the assumptions, a lost statement, a deadlock — goes to
         the thread, which ends the transaction and writes the batch the usual way."""
-        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
         assert self._sequence is not None
         tx = self._make_tx(self._conn, False)
         wire = self._wire
 
         def done(failure: BaseException | None) -> None:
             if failure is None:
-                tx.committed()
-                self._sequence = tx.sequence_written
-                self._missed = 0
-                self._done(batch, tx.events, None)
+                self._done(batch, self._assumed(tx), None)
                 return
             if _ASSUMED.search(str(failure)) is not None:
                 self._refused(failure)
@@ -217,13 +218,10 @@ class PostgresWriter:
             tx.pipeline = wire
             tx.begin_pipelined(
                 durable=any(job.barrier for job in batch),
-                fences=fences,
+                fences=_fences(batch),
                 next_sequence=self._sequence,
             )
-            run_jobs(tx, batch, self._storage_errors)
-            tx.write_events()
-            tx.write_sequence()
-            tx.execute("COMMIT")
+            self._finish(tx, batch)
             tx.pipeline = None
             wire.finish_soon(self._loop, done)
         except BaseException as exc:  # WouldWait, a job's failure, the connection's: the thread
@@ -330,7 +328,7 @@ class PostgresWriter:
                 attempt += 1
 
     def _write(self, batch: list[Job[Any]]) -> list[Event]:
-        fences = list(dict.fromkeys(job.fence for job in batch if job.fence is not None))
+        fences = _fences(batch)
         durable = any(job.barrier for job in batch)
         if self._may_assume(batch):
             assert self._sequence is not None
@@ -367,6 +365,11 @@ class PostgresWriter:
             if _ASSUMED.search(str(failure)) is not None:
                 raise _Assumed from failure
             raise
+        return self._assumed(tx)
+
+    def _assumed(self, tx: PostgresTx) -> list[Event]:
+        """A batch written on assumptions committed: what it assumed held, and the counter is
+        where it left it. Returns its events."""
         tx.committed()
         self._sequence = tx.sequence_written
         self._missed = 0
