@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sqlite3
@@ -338,3 +339,34 @@ async def test_a_side_effects_result_is_on_disk_before_the_next_model_call(
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "done"
     assert seen_at_turn_2 == [True]
+
+
+async def test_a_submission_whose_flush_fails_is_not_acknowledged_and_resumes_on_reopen(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk refusing the submission's flush fails the submission (the caller hears of no
+    run) and stops the runtime. Nothing is half-applied: a runtime opened on the file
+    afterwards has the committed submission (the same request gives the same run, not a
+    second one) and finishes it."""
+    from stead.store.sqlite.store import SqliteStore
+
+    real_sync = SqliteStore._sync_wal
+    failing = [True]
+
+    def sync(store: SqliteStore) -> None:
+        if failing[0]:
+            raise OSError(5, "Input/output error")
+        real_sync(store)
+
+    monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
+    app = _app(["ok"])
+    runtime = await app.open(stead.SqliteStore(db))
+    with pytest.raises(stead.StorageError, match="flushing the journal to disk failed"):
+        await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+    with contextlib.suppress(stead.StorageError):
+        await runtime.close()
+    failing[0] = False
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "ok"
+        assert [r.id for r in (await runtime.list_runs()).runs] == [run.id]
