@@ -118,3 +118,22 @@ async def test_following_from_a_cursor_inside_the_operations_resumes_there(
         "tool_started",
         "tool_completed",
     ]
+
+
+def test_a_commit_announces_the_kind_of_event_the_row_is_read_back_as() -> None:
+    """A commit announces an operation's events by kind alone (their data is built from the row
+    when read): for every kind of operation and attempt, the kind is the built event's."""
+    from stead.journal.events import (
+        completed_event_kind,
+        operation_completed,
+        operation_started,
+        started_event_kind,
+    )
+
+    kinds = ("model", "tool", "step", "effect", "timer", "emit", "child", "custom", "")
+    for kind in kinds:
+        for attempt in (1, 2):
+            built = operation_started(kind, f"{kind}:1", {"name": "n"}, attempt, "run/key")
+            assert started_event_kind(kind, attempt) == (built and built.event_kind), kind
+        built = operation_completed(kind, f"{kind}:1", {"name": "n"}, {"output": 1})
+        assert completed_event_kind(kind) == (built and built.event_kind), kind

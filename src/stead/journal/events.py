@@ -38,9 +38,11 @@ __all__ = [
     "TimerSet",
     "ToolCompleted",
     "ToolStarted",
+    "completed_event_kind",
     "operation_completed",
     "operation_started",
     "preview",
+    "started_event_kind",
 ]
 
 EventKind = Literal[
@@ -373,6 +375,19 @@ def operation_started(
     return None
 
 
+def started_event_kind(kind: str, attempt: int) -> EventKind | None:
+    """The kind of event :func:`operation_started` builds, without building it: what a commit
+    announces live (its data is built from the row when the event is read)."""
+    if kind in ("timer", "child") and attempt != 1:
+        return None
+    return _STARTED_KINDS.get(kind)
+
+
+def completed_event_kind(kind: str) -> EventKind | None:
+    """The kind of event :func:`operation_completed` builds, without building it."""
+    return _COMPLETED_KINDS.get(kind)
+
+
 def operation_completed(kind: str, key: str, stored_input: JSON, result: JSON) -> Payload | None:
     """The event of an operation's result, from what its row holds (``None``: a kind that has
     no such event)."""
@@ -444,3 +459,22 @@ def _turn(key: str, data: dict[str, Any]) -> int:
         return int(key.split(":", 1)[1])
     except (IndexError, ValueError):
         return 0
+
+
+_STARTED_KINDS: dict[str, EventKind] = {
+    "model": ModelStarted.event_kind,
+    "tool": ToolStarted.event_kind,
+    "step": EffectStarted.event_kind,
+    "effect": EffectStarted.event_kind,
+    "timer": TimerSet.event_kind,
+    "emit": Custom.event_kind,
+    "child": ChildStarted.event_kind,
+}
+_COMPLETED_KINDS: dict[str, EventKind] = {
+    "model": ModelCompleted.event_kind,
+    "tool": ToolCompleted.event_kind,
+    "step": EffectCompleted.event_kind,
+    "effect": EffectCompleted.event_kind,
+    "timer": TimerFired.event_kind,
+    "child": ChildCompleted.event_kind,
+}

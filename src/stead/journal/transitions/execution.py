@@ -15,8 +15,9 @@ from ..events import (
     InteractionRequested,
     Payload,
     StatusChanged,
-    operation_completed,
+    completed_event_kind,
     operation_started,
+    started_event_kind,
 )
 from ..keys import child_session, operation_id
 from ..protocol import Tx
@@ -244,12 +245,12 @@ def start_operation(
     ``result_text`` (and ``result``) the row is written completed (see
     :func:`record_operation`). The row announces its events (``journal.events``)."""
     _write(tx, writes, run_id)
-    started = operation_started(kind, key, input, 1, operation_id(run_id, key))
-    started_seq = tx.announce(run_id, started).sequence if started is not None else None
+    started = started_event_kind(kind, 1)
+    started_seq = tx.announce(run_id, started) if started is not None else None
     completed_seq = None
     if result_text is not None:
-        completed = operation_completed(kind, key, input, result)
-        completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
+        completed = completed_event_kind(kind)
+        completed_seq = tx.announce(run_id, completed) if completed is not None else None
     tx.start_operation(
         run_id=run_id,
         key=key,
@@ -297,8 +298,8 @@ def finish_operation(
 ) -> None:
     """The result of an operation in progress (``input``: what the journal keeps of its input;
     ``result_text``: the result's JSON, if encoded already). The row announces the event."""
-    completed = operation_completed(kind, key, input, result)
-    completed_seq = tx.announce(run_id, completed).sequence if completed is not None else None
+    completed = completed_event_kind(kind)
+    completed_seq = tx.announce(run_id, completed) if completed is not None else None
     if not tx.complete_operation(run_id, key, result, result_text, completed_seq):
         raise StorageError(
             f"operation {key} of run {run_id} was not in progress when its result was "

@@ -49,13 +49,6 @@ class EventRows(SqlBase):
     ``executemany``, before it commits (or before anything in it reads events back)."""
 
     def append_event(self, run_id: str, payload: Payload) -> Event:
-        event = self.announce(run_id, payload)
-        self.unwritten.append((event.sequence, run_id, event.kind, dumps(event.data), self.stamp()))
-        return event
-
-    def announce(self, run_id: str, payload: Payload) -> Event:
-        """Hand out the next sequence for an event that the caller's row will hold (an
-        operation's); it is delivered at commit like every event, but no event row is written."""
         sequence = self.next_sequence
         self.next_sequence = sequence + 1
         event = Event(
@@ -66,7 +59,17 @@ class EventRows(SqlBase):
             created_at=self.now(),
         )
         self.events.append(event)
+        self.unwritten.append((sequence, run_id, event.kind, dumps(event.data), self.stamp()))
         return event
+
+    def announce(self, run_id: str, kind: str) -> int:
+        """Hand out the next sequence for an event of ``kind`` that the caller's row will hold
+        (an operation's); it is delivered at commit like every event, without its data, which
+        is built from the row when the event is read. No event row is written."""
+        sequence = self.next_sequence
+        self.next_sequence = sequence + 1
+        self.events.append(Event(sequence, run_id, kind, None, self.now()))
+        return sequence
 
     def write_events(self) -> None:
         """Insert the events appended since the last call."""
