@@ -176,7 +176,10 @@ async def run_agent_loop(
                     f"operation {key} refers to a message that is not the model's", operation=key
                 )
             assistant = stored
-        state.usage = state.usage + committed_usage(result)
+        total, state.fresh_usage = state.fresh_usage, None
+        if not fresh or total is None:  # replayed: the total is counted here
+            total = state.usage + committed_usage(result)
+        state.usage = total
         calls = assistant.tool_calls
         conversation.append(assistant, body=body)
         if not calls:
@@ -199,6 +202,8 @@ class _State:
     conversation: Conversation
     prices: Mapping[str, Price] | None
     usage: Usage = dataclasses.field(default_factory=Usage)
+    #: The total after a fresh model response, written with it (:func:`_model_writes`).
+    fresh_usage: Usage | None = None
 
 
 async def _call_tools(
@@ -360,7 +365,8 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
 
 def _model_writes(state: _State, result: JSON) -> Writes:
     """With a model's result: the run's new usage total."""
-    return Writes(usage=(state.usage + committed_usage(result)).to_json())
+    state.fresh_usage = state.usage + committed_usage(result)
+    return Writes(usage=state.fresh_usage.to_json())
 
 
 def _check_budget(agent: Agent, ctx: RunContext, state: _State, turn: int, name: str) -> None:

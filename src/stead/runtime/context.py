@@ -33,6 +33,13 @@ __all__ = ["RunContext"]
 T = TypeVar("T")
 
 
+#: The JSON text of the operation kinds stead itself uses (the input hash covers the kind).
+_KIND_TEXT = {
+    kind: canonical(kind)
+    for kind in ("model", "tool", "step", "effect", "timer", "emit", "child", "wait", "signal")
+}
+
+
 def _consume(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # a storage failure poisons the runtime; it is reported there
@@ -291,7 +298,8 @@ class RunContext:
             )
         self._keys.add(key)
         input_text = canonical(input)
-        return input_text, digest_text(f'{{"input":{input_text},"kind":{canonical(kind)}}}')
+        kind_text = _KIND_TEXT.get(kind) or canonical(kind)
+        return input_text, digest_text(f'{{"input":{input_text},"kind":{kind_text}}}')
 
     def _check_room(self, key: str) -> None:
         if self.max_operations is not None and self._created >= self.max_operations:
