@@ -109,6 +109,7 @@ async def run_agent_loop(
     context_body = canonical(
         {"instructions": agent.instructions, "tools": [t.spec.to_json() for t in agent.tools]}
     )
+    context_digest = digest_text(context_body)  # the instructions and tools: hashed once
     context_written = False
     tool_specs = tuple(t.spec for t in agent.tools)
     name = model_id(agent.model)
@@ -144,7 +145,7 @@ async def run_agent_loop(
             "safe",
             {
                 "model": name,
-                "context": digest_text(context_body),
+                "context": context_digest,
                 "messages": conversation.reference(),
                 "turn": turn,
             },
@@ -473,8 +474,10 @@ async def _call_tool(agent: Agent, ctx: RunContext, turn: int, call: ToolCall) -
     problem: str | None = None
     validated: dict[str, Any] = {}
     try:
-        arguments = to_json(dict(call.arguments))
-    except (NotJSONError, TypeError, ValueError) as exc:
+        # JSON already: a fresh response's calls were checked when it was journaled
+        # (_normalize_calls), and a replayed one's were read back from JSON.
+        arguments = dict(call.arguments)
+    except (TypeError, ValueError) as exc:
         arguments, problem = {}, f"invalid arguments for tool {call.name!r}: {exc}"
     if tool is None:
         known = ", ".join(t.name for t in agent.tools) or "none"
