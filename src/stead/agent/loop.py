@@ -159,7 +159,7 @@ async def run_agent_loop(
                 bodies,
                 _attempt_base(ctx, key),
                 ctx,
-                prices,
+                state,
             ),
             before=before,
             after=functools.partial(_model_writes, state),
@@ -203,7 +203,9 @@ class _State:
     conversation: Conversation
     prices: Mapping[str, Price] | None
     usage: Usage = dataclasses.field(default_factory=Usage)
-    #: The total after a fresh model response, written with it (:func:`_model_writes`).
+    #: What the fresh model response counts (:func:`_call_model`), and the total after it,
+    #: written with it (:func:`_model_writes`).
+    response_usage: Usage | None = None
     fresh_usage: Usage | None = None
 
 
@@ -242,7 +244,7 @@ async def _call_model(
     bodies: list[str],
     attempt_base: int,
     ctx: RunContext,
-    prices: Mapping[str, Price] | None,
+    state: _State,
     attempt: int,
 ) -> JSON:
     model: Any = agent.model
@@ -275,7 +277,8 @@ async def _call_model(
         )
         raise _model_failure(agent, key, attempt - attempt_base, problem) from exc
     # The cost at today's prices is kept with the response: its event reports it.
-    result["cost_usd"] = cost_usd(name, committed_usage(result), prices)
+    state.response_usage = committed_usage(result)
+    result["cost_usd"] = cost_usd(name, state.response_usage, state.prices)
     fresh.append(message)
     bodies.append(body)
     return result
@@ -307,8 +310,9 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
         if call.id is not None:
             check(call.id)
     usage = response.usage
-    if not isinstance(usage, Usage) or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage.to_json().values()
+    usage_json = usage.to_json() if isinstance(usage, Usage) else None
+    if usage_json is None or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage_json.values()
     ):
         raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {shown(usage)}")
     for name in ("model", "finish_reason"):
@@ -327,7 +331,7 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
     body = canonical(message_json)
     result = {
         "message": message_json,
-        "usage": usage.to_json(),
+        "usage": usage_json,
         "model": response.model,
         "finish_reason": response.finish_reason,
     }
@@ -366,7 +370,8 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
 
 def _model_writes(state: _State, result: JSON) -> Writes:
     """With a model's result: the run's new usage total."""
-    state.fresh_usage = state.usage + committed_usage(result)
+    counted, state.response_usage = state.response_usage, None
+    state.fresh_usage = state.usage + (counted if counted is not None else committed_usage(result))
     return Writes(usage=state.fresh_usage.to_json())
 
 
