@@ -370,3 +370,68 @@ async def test_a_submission_whose_flush_fails_is_not_acknowledged_and_resumes_on
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "ok"
         assert [r.id for r in (await runtime.list_runs()).runs] == [run.id]
+
+
+async def test_one_run_has_its_barriers_flushed_on_the_loop_and_many_on_the_flush_thread(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the runtime executes one run, nobody else would wait for the disk: a barrier is
+    flushed on the event loop, without the hand-off to the flush thread. With two runs
+    executing, the flush goes to the thread so the other run goes on meanwhile."""
+    import threading
+
+    from stead.store.sqlite.store import SqliteStore
+
+    flushed_on: list[str] = []
+    real_sync = SqliteStore._sync_wal
+
+    def sync(store: SqliteStore) -> None:
+        flushed_on.append(threading.current_thread().name)
+        real_sync(store)
+
+    monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
+    loop_thread = threading.current_thread().name
+    go_on = asyncio.Event()
+
+    @stead.tool(recovery="manual")
+    def charge(amount: int) -> str:
+        """Charge a card."""
+        return f"charged {amount}"
+
+    @stead.tool(recovery="safe")
+    async def wait_here() -> str:
+        """Wait until told."""
+        await go_on.wait()
+        return "waited"
+
+    charging = stead.Agent(
+        id="charging",
+        version="1",
+        model=ScriptedModel([[stead.ToolCall(name="charge", arguments={"amount": 5})], "done"]),
+        tools=[charge],
+    )
+    waiting = stead.Agent(
+        id="waiting",
+        version="1",
+        model=ScriptedModel([[stead.ToolCall(name="wait_here", arguments={})], "done"]),
+        tools=[wait_here],
+    )
+    app = stead.App(agents=[charging, waiting])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("charging", session_id="s1", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+        assert flushed_on and set(flushed_on) == {loop_thread}, flushed_on
+
+        flushed_on.clear()
+        held = await runtime.submit("waiting", session_id="s2", request_id="r", prompt="go")
+        for _ in range(200):  # until the waiting run executes (it waits in its tool)
+            if held.id in runtime._scheduler.active:
+                break
+            await asyncio.sleep(0.01)
+        assert held.id in runtime._scheduler.active
+        flushed_on.clear()
+        run = await runtime.submit("charging", session_id="s3", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+        assert any(name != loop_thread for name in flushed_on), flushed_on
+        go_on.set()
+        assert (await held.result()).output == "done"

@@ -142,6 +142,9 @@ class Runtime(Client):
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(store.acquire, loop, runtime._hub.committed, runtime._failed)
         runtime._opened = True
+        flush_here_when = getattr(store, "flush_here_when", None)
+        if callable(flush_here_when):  # one run or none executing: the loop may flush itself
+            flush_here_when(runtime._scheduler.alone)
         if runtime.shared:
             shared = cast(SharedStore, store)
             shared.watch(runtime._notice)

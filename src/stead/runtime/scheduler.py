@@ -67,6 +67,10 @@ class Scheduler:
     def wake(self) -> None:
         self._wake.set()
 
+    def alone(self) -> bool:
+        """Whether at most one run executes here (nothing else to keep waiting)."""
+        return len(self.active) <= 1
+
     def has_room(self) -> bool:
         return (
             self._task is not None

@@ -398,6 +398,12 @@ class SqliteStore:
             raise
         return OpenInfo(previous_owner_crashed=crashed, next_sequence=next_sequence)
 
+    def flush_here_when(self, alone: Callable[[], bool]) -> None:
+        """Let the writer flush a barrier on the event loop while ``alone()`` says nothing else
+        would wait meanwhile (the owner executes at most one run); see ``Writer.alone``."""
+        if self._writer is not None:
+            self._writer.alone = alone
+
     def transact(
         self,
         fn: Callable[[SqliteTx], T],

@@ -9,8 +9,10 @@ one commit (group commit), and the order jobs were queued in is the order they c
 What costs milliseconds is the fsync. A batch that holds a *barrier* (or any batch, with
 ``fsync="always"``) is made durable by an fsync of the write-ahead log on a separate thread, which
 flushes that commit and every one before it; batches that arrive meanwhile share the next fsync.
+When the owner executes at most one run and nothing else waits for the disk, the loop flushes
+itself instead: nobody is kept waiting, and the hand-off to the thread and back is saved.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
-is acknowledged before it is durable, and the loop never blocks on the disk.
+is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
 A storage failure, or any failure of a job that has no savepoint of its own, poisons the writer:
 the batch is rolled back, every job in it and every later job fails with the same
@@ -102,6 +104,12 @@ class Writer:
         self._busy_since: float | None = None
         self._busy_delay = 0.0
         self.poisoned: StorageError | None = None
+        #: Whether nobody else would wait while the loop flushes the disk itself (the owner
+        #: sets it: true while it executes at most one run). Then a barrier whose batch is the
+        #: only one waiting is flushed on the loop, without the hand-off to the flush thread
+        #: and back — two thread wake-ups, which on a small virtual machine cost a good part
+        #: of an fsync.
+        self.alone: Callable[[], bool] | None = None
 
     def submit(
         self,
@@ -236,7 +244,25 @@ class Writer:
         if self._syncing or self._wanted <= self._synced or self._sync is None:
             return
         self._syncing = True
+        if self._may_flush_here():
+            target, error = self._commits, None
+            try:
+                self._sync()
+            except BaseException as exc:  # reported as the flush thread's would be
+                error = exc
+            self._synced_to(target, error)
+            return
         self._executor.submit(self._sync_thread, self._sync, self._commits)
+
+    def _may_flush_here(self) -> bool:
+        """Whether to flush on the loop: nothing queued, no other batch waiting for the disk,
+        and the owner says nothing else would wait meanwhile (:attr:`alone`)."""
+        return (
+            self.alone is not None
+            and not self._pending
+            and len(self._deliveries) <= 1
+            and self.alone()
+        )
 
     def _sync_thread(self, sync: Callable[[], None], target: int) -> None:
         """On the flush thread: fsync, then hand the outcome back to the loop."""
