@@ -177,10 +177,8 @@ async def run_agent_loop(
                     f"operation {key} refers to a message that is not the model's", operation=key
                 )
             assistant = stored
-        total, state.fresh_usage = state.fresh_usage, None
-        if not fresh or total is None:  # replayed: the total is counted here
-            total = state.usage + committed_usage(result)
-        state.usage = total
+        if not fresh:  # replayed: its usage is counted here (a fresh one's with its write)
+            state.usage = state.usage + committed_usage(result)
         calls = assistant.tool_calls
         conversation.append(assistant, body=body)
         if not calls:
@@ -203,10 +201,9 @@ class _State:
     conversation: Conversation
     prices: Mapping[str, Price] | None
     usage: Usage = dataclasses.field(default_factory=Usage)
-    #: What the fresh model response counts (:func:`_call_model`), and the total after it,
-    #: written with it (:func:`_model_writes`).
+    #: What the fresh model response counts (:func:`_call_model`), until it is added to
+    #: ``usage`` with its write (:func:`_model_writes`).
     response_usage: Usage | None = None
-    fresh_usage: Usage | None = None
 
 
 async def _call_tools(
@@ -369,10 +366,10 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
 
 
 def _model_writes(state: _State, result: JSON) -> Writes:
-    """With a model's result: the run's new usage total."""
+    """With a fresh model result: the run's new usage total, counted and written."""
     counted, state.response_usage = state.response_usage, None
-    state.fresh_usage = state.usage + (counted if counted is not None else committed_usage(result))
-    return Writes(usage=state.fresh_usage.to_json())
+    state.usage = state.usage + (counted if counted is not None else committed_usage(result))
+    return Writes(usage=state.usage.to_json())
 
 
 def _check_budget(agent: Agent, ctx: RunContext, state: _State, turn: int, name: str) -> None:

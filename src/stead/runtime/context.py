@@ -33,11 +33,10 @@ __all__ = ["RunContext"]
 T = TypeVar("T")
 
 
-#: The JSON text of the operation kinds stead itself uses (the input hash covers the kind).
-_KIND_TEXT = {
-    kind: canonical(kind)
-    for kind in ("model", "tool", "step", "effect", "timer", "emit", "child", "wait", "signal")
-}
+@functools.cache
+def _kind_text(kind: str) -> str:
+    """The JSON text of an operation kind (a few words, fixed by stead's code), encoded once."""
+    return canonical(kind)
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -298,8 +297,7 @@ class RunContext:
             )
         self._keys.add(key)
         input_text = canonical(input)
-        kind_text = _KIND_TEXT.get(kind) or canonical(kind)
-        return input_text, digest_text(f'{{"input":{input_text},"kind":{kind_text}}}')
+        return input_text, digest_text(f'{{"input":{input_text},"kind":{_kind_text(kind)}}}')
 
     def _check_room(self, key: str) -> None:
         if self.max_operations is not None and self._created >= self.max_operations:

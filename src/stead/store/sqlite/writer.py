@@ -245,12 +245,7 @@ class Writer:
             return
         self._syncing = True
         if self._may_flush_here():
-            target, error = self._commits, None
-            try:
-                self._sync()
-            except BaseException as exc:  # reported as the flush thread's would be
-                error = exc
-            self._synced_to(target, error)
+            self._synced_to(self._commits, _flushed(self._sync))
             return
         self._executor.submit(self._sync_thread, self._sync, self._commits)
 
@@ -266,11 +261,7 @@ class Writer:
 
     def _sync_thread(self, sync: Callable[[], None], target: int) -> None:
         """On the flush thread: fsync, then hand the outcome back to the loop."""
-        error: BaseException | None = None
-        try:
-            sync()
-        except BaseException as exc:  # reported on the loop, which poisons the store
-            error = exc
+        error = _flushed(sync)
         with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing any more
             self._loop.call_soon_threadsafe(self._synced_to, target, error)
 
@@ -325,3 +316,12 @@ class Writer:
             self._idle.set()
         if first:
             self._on_fatal(self.poisoned)
+
+
+def _flushed(sync: Callable[[], None]) -> BaseException | None:
+    """Flush the disk; the failure, if any, which the loop reports (it poisons the store)."""
+    try:
+        sync()
+    except BaseException as exc:
+        return exc
+    return None
