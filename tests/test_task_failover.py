@@ -249,7 +249,7 @@ async def _kill_at_random(
 ) -> int:
     """SIGKILL a worker every KILL_GAP seconds and start another (WORKERS stay alive), until
     every run is terminal or needs attention. Of the kills, AIMED are aimed at a worker inside
-    a step or an effect (if one is within a second)."""
+    a step or an effect (if one is within a second), and all of them until one has been."""
     tail = LedgerTail(ledger)
     kills = 0
     while True:
@@ -261,10 +261,12 @@ async def _kill_at_random(
             return kills
         alive = {w.pid: w for w in world.workers if w.killed_at is None}
         victim = alive[rng.choice(sorted(alive))]
-        if rng.random() < AIMED:
+        # Until one kill has landed inside a step or an effect, every kill is aimed (and waits
+        # longer for one), so that a run of unlucky draws cannot leave the test testing nothing.
+        if not world.aimed or rng.random() < AIMED:
             # inside a manual effect if one comes within half a second, else inside anything
             begun = time.monotonic()
-            while time.monotonic() < begun + 1.0:
+            while time.monotonic() < begun + (1.0 if world.aimed else 5.0):
                 busy = tail.busy(set(alive))
                 shipping = [(pid, what) for pid, what in busy if what == "ship"]
                 if shipping or (busy and time.monotonic() > begun + 0.5):
