@@ -496,6 +496,48 @@ async def test_a_run_a_worker_submits_is_claimed_with_its_submission(
     assert second.id in claimed
 
 
+async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next run of a session becomes runnable when the one before it ends: the scheduler
+    queues its claim right behind the transaction that ends the run, so the worker looks
+    again without another round trip, and starts the next run from that claim's answer."""
+    from stead.journal import transitions
+    from stead.store.postgres import store as pg
+
+    claims: list[tuple[int, list[str]]] = []
+    ends: list[tuple[int, str]] = []
+    claim, complete = pg.PostgresStore._claim, transitions.complete
+
+    def spy_claim(self: Any, tx: Any, **options: Any) -> Any:
+        found, wakeup = claim(self, tx, **options)
+        claims.append((id(tx), [c.run_id for c in found]))
+        return found, wakeup
+
+    def spy_complete(tx: Any, run_id: str, **options: Any) -> bool:
+        ends.append((id(tx), run_id))
+        return complete(tx, run_id, **options)
+
+    monkeypatch.setattr(pg.PostgresStore, "_claim", spy_claim)
+    monkeypatch.setattr(transitions, "complete", spy_complete)
+    entered, gate = asyncio.Event(), asyncio.Event()
+    store = _store(schema)
+    async with await _paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
+        first = await runtime.submit("a", session_id="s", request_id="r1", prompt="go")
+        await asyncio.wait_for(entered.wait(), 10)
+        second = await runtime.submit(
+            "a", session_id="s", request_id="r2", prompt="go", enqueue=True
+        )
+        assert await second.status() is stead.RunStatus.QUEUED
+        gate.set()
+        assert (await first.result(timeout=10)).output == "done"
+        assert (await second.result(timeout=10)).output == "done"
+    ended = next(tx for tx, run_id in ends if run_id == first.id)
+    assert [found for tx, found in claims if tx == ended] == [[second.id]], (claims, ends)
+    # the claim was the only one that found it
+    assert sum(found.count(second.id) for _, found in claims) == 1
+
+
 async def test_a_claim_taken_with_a_submission_and_no_room_is_given_back() -> None:
     """The room a runtime had when it submitted may be gone when the claim comes back: the
     scheduler gives the claim back for any worker to take."""

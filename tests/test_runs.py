@@ -239,6 +239,29 @@ async def test_events_replay_persisted_then_live_and_end_at_terminal(db: str) ->
         assert tail == sequences[3:]
 
 
+async def test_open_returns_with_the_runnable_runs_started(db: str) -> None:
+    """The runtime's first look for work is part of opening it: a run left unfinished is
+    executing again when ``open`` returns."""
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    @stead.tool(recovery="safe")
+    async def pause() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "resumed"
+
+    model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
+    app = stead.App(agents=[_agent(model, tools=[pause])])
+    async with await app.open(open_store(db), resume=False) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+    async with await app.open(open_store(db)) as runtime:
+        assert runtime.health()["active_runs"] == 1
+        await asyncio.wait_for(entered.wait(), 10)
+        gate.set()
+        assert (await runtime.get_run(run.id).result(timeout=10)).output == "done"
+
+
 async def test_unregistered_version_needs_attention_then_retry_continues(db: str) -> None:
     model = ScriptedModel(["v1 answer"])
     v1 = _agent(model, version="1")

@@ -40,6 +40,7 @@ class Executor:
         on_completed: Callable[[str, Completion], None],
         on_parked: Callable[[], None],
         draining: Callable[[], bool] = lambda: False,
+        on_ending: Callable[[str], None] = lambda run_id: None,
     ) -> None:
         self._owned = store
         self._registry = registry
@@ -47,6 +48,10 @@ class Executor:
         self._on_completed = on_completed
         self._on_parked = on_parked
         self._draining = draining
+        #: Called with the run's id as soon as the transaction that ends an execution (an
+        #: outcome, a wait, a stop) is queued, before it commits: what the scheduler queues
+        #: then shares its commit.
+        self._on_ending = on_ending
 
     async def execute(self, claim: Claim) -> bool:
         """Execute the claimed run until it ends, parks or stops; True if the run is still
@@ -119,7 +124,7 @@ class Executor:
             )
             return
         except Waiting as stop:
-            await store.transact(
+            parked = store.transact(
                 functools.partial(
                     transitions.park,
                     run_id=run_id,
@@ -131,6 +136,8 @@ class Executor:
                 ),
                 durability="barrier",
             )
+            self._on_ending(run_id)
+            await parked
             self._on_parked()
             return
         except RetryLater as stop:
@@ -146,7 +153,7 @@ class Executor:
             )
             self._on_parked()
             return
-        done = await store.transact(
+        completed = store.transact(
             functools.partial(
                 transitions.complete,
                 run_id=run_id,
@@ -155,7 +162,8 @@ class Executor:
             ),
             durability="barrier",
         )
-        if done:
+        self._on_ending(run_id)
+        if await completed:
             self._on_completed(run_id, completion)
 
     async def _stop(
@@ -170,7 +178,7 @@ class Executor:
         next_attempt_at: datetime | None = None,
         traceback: str | None = None,
     ) -> None:
-        await store.transact(
+        stopped = store.transact(
             functools.partial(
                 transitions.stop,
                 run_id=run_id,
@@ -183,6 +191,8 @@ class Executor:
             ),
             durability="barrier",
         )
+        self._on_ending(run_id)
+        await stopped
 
     async def _record_unexpected(
         self, store: Store, run_id: str, exc: Exception, in_flight: dict[str, Recovery]

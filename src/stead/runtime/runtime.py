@@ -93,12 +93,14 @@ class Runtime(Client):
             on_completed=self._completed,
             on_parked=self._wake,
             draining=lambda: self._scheduler.draining,
+            on_ending=lambda run_id: self._scheduler.ending(run_id),
         )
         self._scheduler = Scheduler(
             store,
             self._executor.execute,
             max_concurrent_runs=max_concurrent_runs,
             lease_seconds=getattr(store, "lease_seconds", None) if self.shared else None,
+            shared=self.shared,
         )
         self._inbox = Inbox(
             store,
@@ -154,7 +156,11 @@ class Runtime(Client):
                 await runtime.close()
                 raise
         if resume:
-            await runtime.resume()
+            try:
+                await runtime.resume()
+            except BaseException:
+                await runtime.close()
+                raise
         return runtime
 
     def __repr__(self) -> str:
@@ -164,16 +170,18 @@ class Runtime(Client):
 
     async def resume(self) -> None:
         """Start executing: unfinished runs (including those a crash left ``running``) continue
-        from their journals, and commands other processes posted are applied."""
+        from their journals, and commands other processes posted are applied. The runnable
+        runs there is room for have started when this returns."""
         self._check()
         if not self._resumed:
             self._resumed = True
             await self._inbox.drain()  # a shared store: what an older stead left posted
-            self._scheduler.start_loop()
+            await self._scheduler.start_loop()  # what is runnable now has started
             if not self.shared:
                 self._inbox.watch()
             self._cron.start()
-        self._wake()
+        else:
+            self._wake()
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Stop taking runs and hand every executing one back at its next journal boundary

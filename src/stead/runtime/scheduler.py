@@ -8,6 +8,11 @@ was cancelled) stops executing here at once. There is one wake-up time: the earl
 parked run becomes due or another worker's lease runs out, kept as one timer. Between wake-ups
 it costs nothing.
 
+A run's end may make another runnable (the next run of its session, a parent waiting for it) and
+frees a slot. On a shared store, where looking again is a round trip to the server, the claim is
+queued right behind the transaction that ends the execution (:meth:`Scheduler.ending`), so the
+two share one commit; elsewhere the scheduler looks again once the execution ended.
+
 Draining (a worker asked to stop) claims nothing more and lets each execution run to its next
 journal boundary, where it hands the run back for any worker to continue.
 """
@@ -37,6 +42,7 @@ class Scheduler:
         *,
         max_concurrent_runs: int,
         lease_seconds: float | None = None,
+        shared: bool = False,
     ) -> None:
         self._store = store
         self._execute = execute
@@ -47,6 +53,11 @@ class Scheduler:
         self.claims: dict[str, Claim] = {}
         #: Claims still held by executions that ended without leaving ``running``.
         self._held: list[Claim] = []
+        self._shared = shared
+        #: The claims queued behind an ending execution's last transaction, by run.
+        self._ending: dict[str, asyncio.Future[tuple[list[Claim], datetime | None]]] = {}
+        #: Those whose execution ended, until they answer.
+        self._claiming: set[asyncio.Future[tuple[list[Claim], datetime | None]]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -57,12 +68,14 @@ class Scheduler:
         #: next journal boundary.
         self.draining = False
 
-    def start_loop(self) -> None:
+    async def start_loop(self) -> None:
+        """Look for runnable runs once (started before this returns), then keep looking
+        whenever woken."""
         if self._task is None:
+            await self._look()
             self._task = asyncio.create_task(self._loop(), name="stead-scheduler")
             if self._lease_seconds is not None:
                 self._heartbeat = asyncio.create_task(self._beat(), name="stead-heartbeat")
-        self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -95,6 +108,17 @@ class Scheduler:
         self._releasing.add(release)
         release.add_done_callback(self._releasing.discard)
         self._wake.set()
+
+    def ending(self, run_id: str) -> None:
+        """The transaction that ends ``run_id``'s execution was just queued: on a shared store,
+        queue the claim its end calls for (its slot counted free) to share that commit."""
+        if not self._shared or self._stopped or self.draining or run_id not in self.active:
+            return
+        free = self.max_concurrent_runs - len(self.active) + 1
+        if free <= 0:  # more execute here than there is room for (runs adopted meanwhile)
+            return
+        future = self._store.claim_runs(free, set(self.active))
+        self._ending[run_id] = asyncio.ensure_future(future)
 
     def cancel(self, run_id: str) -> None:
         task = self.active.get(run_id)
@@ -130,6 +154,8 @@ class Scheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._claiming:  # what they claim is given back with the rest
+            await asyncio.gather(*self._claiming, return_exceptions=True)
         await self._release()
 
     async def _release(self) -> None:
@@ -144,9 +170,13 @@ class Scheduler:
         finally:
             self.active.pop(claim.run_id, None)
             self.claims.pop(claim.run_id, None)
+            ending = self._ending.pop(claim.run_id, None)
             if held:
                 self._held.append(claim)
-            if not self._stopped:
+            if ending is not None:
+                self._claiming.add(ending)
+                ending.add_done_callback(self._claimed)
+            if not self._stopped and (ending is None or held):
                 self._wake.set()
         if held and self.draining and not self._stopped:
             await self._release()  # another worker continues it while this one drains
@@ -157,15 +187,35 @@ class Scheduler:
             self._wake.clear()
             if self._stopped:
                 return
-            free = self.max_concurrent_runs - len(self.active)
-            if free <= 0 or self.draining:
-                continue
             try:
-                claims, wakeup = await self._store.claim_runs(free, set(self.active))
+                await self._look()
             except StorageError:
                 return
-            for claim in claims:
-                self.start(claim)
+
+    async def _look(self) -> None:
+        """Claim what there is room for and start it; arm the timer for what is due later."""
+        free = self.max_concurrent_runs - len(self.active)
+        if free <= 0 or self.draining or self._stopped:
+            return
+        claims, wakeup = await self._store.claim_runs(free, set(self.active))
+        for claim in claims:
+            self.start(claim)
+        self._arm(wakeup)
+
+    def _claimed(self, future: asyncio.Future[tuple[list[Claim], datetime | None]]) -> None:
+        """The claim queued behind an execution's end answered: start what it claimed (or give
+        back what there is no room for now) and look again when it says."""
+        self._claiming.discard(future)
+        if future.cancelled() or future.exception() is not None:
+            self._wake.set()  # the loop asks again (and ends if the store failed)
+            return
+        claims, wakeup = future.result()
+        if self._stopped:
+            self._held.extend(claims)  # given back by stop()
+            return
+        for claim in claims:
+            self.adopt(claim)
+        if not self._stopped:
             self._arm(wakeup)
 
     async def _beat(self) -> None:
