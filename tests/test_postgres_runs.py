@@ -496,6 +496,34 @@ async def test_a_run_a_worker_submits_is_claimed_with_its_submission(
     assert second.id in claimed
 
 
+async def test_a_run_a_worker_submits_begins_in_its_submissions_transaction(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submission claims the run and begins its execution in one transaction, and the
+    executions' writer learns where that left the event counter: its next batch, which
+    assumes the counter, is not refused (each run's first step would be written twice)."""
+    from stead.journal import transitions
+
+    begun: list[tuple[str, bool]] = []
+    begin = transitions.begin
+
+    def spy(tx: Any, run_id: str, **options: Any) -> Any:
+        begun.append((run_id, tx.lock_runs))  # a command's transaction locks what it reads
+        return begin(tx, run_id, **options)
+
+    monkeypatch.setattr(transitions, "begin", spy)
+    refused = _count_refusals(monkeypatch)
+    app = _bank([])
+    async with await app.open(_store(schema)) as runtime:
+        runs = []
+        for n in range(3):
+            run = await runtime.submit("bank", session_id=f"s{n}", request_id="r", prompt="go")
+            await _until(run, stead.RunStatus.WAITING)  # the approval of a wire over 100
+            runs.append(run)
+    assert begun == [(run.id, True) for run in runs]
+    assert refused == []
+
+
 async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -550,7 +578,7 @@ async def test_a_claim_taken_with_a_submission_and_no_room_is_given_back() -> No
         async def release_claims(self, claims: list[Claim]) -> None:
             released.extend(claims)
 
-    async def execute(claim: Claim) -> bool:
+    async def execute(claim: Claim, begun: object) -> bool:
         raise AssertionError("nothing runs without room")
 
     scheduler = Scheduler(Store(), execute, max_concurrent_runs=1)  # type: ignore[arg-type]

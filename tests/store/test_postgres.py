@@ -477,7 +477,7 @@ async def test_a_late_heartbeat_does_not_stop_a_newer_execution_of_the_same_run(
     store.extend_leases = extend_late
     outcome: dict[str, str] = {}
 
-    async def execute(claim: Claim) -> bool:
+    async def execute(claim: Claim, begun: object) -> bool:
         if claim.epoch == 1:  # runs while the heartbeat takes (R, 1), then hands R back
             await asyncio.sleep(lease / 3 + 0.05)
             return True

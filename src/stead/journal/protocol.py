@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .._clock import Clock
 from .._json import JSON
@@ -29,6 +29,9 @@ from .records import (
     RunStatus,
     Signal,
 )
+
+if TYPE_CHECKING:
+    from .transitions import Begun
 
 __all__ = [
     "ClientStore",
@@ -272,10 +275,18 @@ class SharedStore(OwnedStore, Protocol):
     async def declare_agents(self, latest: dict[str, str]) -> None: ...
 
     async def apply_command(
-        self, command: Command, version_of: Any, max_pending: int | None, *, claim: bool = False
-    ) -> tuple[JSON, Claim | None]:
+        self,
+        command: Command,
+        version_of: Any,
+        max_pending: int | None,
+        *,
+        claim: bool = False,
+        begin: Callable[[Any, str], Begun | None] | None = None,
+    ) -> tuple[JSON, Claim | None, Begun | None]:
         """Apply ``command`` in place; with ``claim``, a run it submits at its session's head
-        is claimed for this runtime at once (its claim returned)."""
+        is claimed for this runtime at once (its claim returned), and with ``begin`` too,
+        ``begin(tx, run_id)`` starts its execution in the same transaction (what it returns
+        is returned)."""
         ...
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from ..errors import LeaseLostError, StorageError, described
 from ..journal import transitions
-from ..journal.protocol import OwnedStore, Store
+from ..journal.protocol import OwnedStore, Store, Tx
 from ..journal.records import Claim, Recovery, RunStatus
 from .context import RunContext
 from .control import Failed, Handoff, NeedsAttention, RetryLater, Waiting
@@ -53,15 +53,28 @@ class Executor:
         #: then shares its commit.
         self._on_ending = on_ending
 
-    async def execute(self, claim: Claim) -> bool:
+    def begin(self, tx: Tx, run_id: str) -> transitions.Begun | None:
+        """Begin executing ``run_id`` in ``tx`` (the transition an execution starts with; a
+        store may run it in the transaction that claimed the run): the run and its journal,
+        or None if it is not to be executed."""
+        registry = self._registry
+        return transitions.begin(
+            tx,
+            run_id,
+            registered=lambda run: registry.definition(run) is not None,
+            migration=registry.migration,
+        )
+
+    async def execute(self, claim: Claim, begun: transitions.Begun | None = None) -> bool:
         """Execute the claimed run until it ends, parks or stops; True if the run is still
         ``running`` under this claim (the execution was interrupted or handed the run back),
-        so the claim is to be given up."""
+        so the claim is to be given up. ``begun``: the execution began already (with the
+        claim, :meth:`begin`)."""
         run_id = claim.run_id
         store = self._owned.fenced(claim)
         in_flight: dict[str, Recovery] = {}
         try:
-            await self._execute(store, run_id, in_flight)
+            await self._execute(store, run_id, in_flight, begun)
             return False
         except (asyncio.CancelledError, Handoff):
             return True  # closing, cancelled or draining: the journal is kept for the next one
@@ -75,19 +88,18 @@ class Executor:
                 await self._record_unexpected(store, run_id, exc, in_flight)
             return False
 
-    async def _execute(self, store: Store, run_id: str, in_flight: dict[str, Recovery]) -> None:
-        registry = self._registry
-        begun = await store.transact(
-            functools.partial(
-                transitions.begin,
-                run_id=run_id,
-                registered=lambda run: registry.definition(run) is not None,
-                migration=registry.migration,
-            )
-        )
+    async def _execute(
+        self,
+        store: Store,
+        run_id: str,
+        in_flight: dict[str, Recovery],
+        begun: transitions.Begun | None,
+    ) -> None:
+        if begun is None:
+            begun = await store.transact(functools.partial(self.begin, run_id=run_id))
         if begun is None:
             return
-        definition = registry.definition(begun.run)
+        definition = self._registry.definition(begun.run)
         if definition is None:  # pragma: no cover - unregistered between begin and here
             return
         ctx = RunContext(

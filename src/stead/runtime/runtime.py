@@ -274,11 +274,18 @@ class Runtime(Client):
         written: an unknown task is a :class:`NotFoundError` listing the registered ones."""
         return self.app.task_input(task, value)
 
-    def _accepted(self, run_id: str, ready: bool, claim: Claim | None = None) -> None:
+    def _accepted(
+        self,
+        run_id: str,
+        ready: bool,
+        claim: Claim | None = None,
+        begun: transitions.Begun | None = None,
+    ) -> None:
         """A new run at its session's head starts at once, without asking the scheduler (on a
-        shared store, with the claim its submission took, else the scheduler claims it)."""
+        shared store, with the claim its submission took — and the execution it began, if it
+        did — else the scheduler claims it)."""
         if claim is not None:
-            self._scheduler.adopt(claim)
+            self._scheduler.adopt(claim, begun)
         elif ready and self._resumed and not self.shared and self._scheduler.has_room():
             self._scheduler.start(Claim(run_id))
         else:
@@ -293,14 +300,15 @@ class Runtime(Client):
     async def _apply(self, command: Command) -> Any:
         self._check()
         if self.shared:
-            answer, claim = await cast(SharedStore, self.store).apply_command(
+            answer, claim, begun = await cast(SharedStore, self.store).apply_command(
                 command,
                 self.app.version_of,
                 self.limits.max_pending_runs,
                 claim=self._resumed and self._scheduler.has_room(),
+                begin=self._executor.begin,
             )
             if claim is not None:
-                self._accepted(claim.run_id, True, claim)
+                self._accepted(claim.run_id, True, claim, begun)
             else:
                 self._applied(command, answer)
             return answer
@@ -339,7 +347,7 @@ class Runtime(Client):
                 return cached
             ended = self._hub.end_flag(run_id)
             try:
-                found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
+                found = await self._read_committed(lambda tx: _read_outcome(tx, run_id))
                 if found is None:
                     raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
                 run, bodies = found
@@ -348,6 +356,14 @@ class Runtime(Client):
                 await wait_flag(ended, self._hub.poll)
             finally:
                 self._hub.forget_end(run_id, ended)
+
+    async def _read_committed(self, fn: Callable[[Tx], Any]) -> Any:
+        """Read what is committed. On a shared store, on a connection of the commands' pool:
+        not in the line of the executions' writes, where a read would take a run's next
+        step with it off the event loop and onto the writer's thread."""
+        if self.shared:
+            return await asyncio.to_thread(cast(ClientStore, self.store).client_read, fn)
+        return await self.store.read(fn)
 
     def _completed(self, run_id: str, completion: Completion) -> None:
         # Completed and on disk: answer result() from memory (bounded; the journal is truth).

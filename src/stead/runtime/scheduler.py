@@ -28,6 +28,7 @@ from datetime import datetime
 from ..errors import StorageError
 from ..journal.protocol import OwnedStore
 from ..journal.records import Claim
+from ..journal.transitions import Begun
 
 __all__ = ["Scheduler"]
 
@@ -38,7 +39,7 @@ class Scheduler:
     def __init__(
         self,
         store: OwnedStore,
-        execute: Callable[[Claim], Awaitable[bool]],
+        execute: Callable[[Claim, Begun | None], Awaitable[bool]],
         *,
         max_concurrent_runs: int,
         lease_seconds: float | None = None,
@@ -91,17 +92,20 @@ class Scheduler:
             and len(self.active) < self.max_concurrent_runs
         )
 
-    def start(self, claim: Claim) -> None:
+    def start(self, claim: Claim, begun: Begun | None = None) -> None:
         run_id = claim.run_id
         if run_id not in self.active and not self._stopped:
             self.claims[run_id] = claim
-            self.active[run_id] = asyncio.create_task(self._run(claim), name=f"stead-run:{run_id}")
+            self.active[run_id] = asyncio.create_task(
+                self._run(claim, begun), name=f"stead-run:{run_id}"
+            )
 
-    def adopt(self, claim: Claim) -> None:
-        """Execute a run claimed elsewhere for this runtime (with its submission); without
-        room for it now, give the claim back for any worker to take."""
+    def adopt(self, claim: Claim, begun: Begun | None = None) -> None:
+        """Execute a run claimed elsewhere for this runtime (with its submission, which may
+        have begun its execution too: ``begun``); without room for it now, give the claim back
+        for any worker to take (a begun run is ``running``: whoever claims it resumes it)."""
         if self.has_room() and not self._stopped and claim.run_id not in self.active:
-            self.start(claim)
+            self.start(claim, begun)
             return
         self._held.append(claim)
         release = asyncio.get_running_loop().create_task(self._release())
@@ -163,10 +167,10 @@ class Scheduler:
         with contextlib.suppress(StorageError):
             await self._store.release_claims(held)
 
-    async def _run(self, claim: Claim) -> None:
+    async def _run(self, claim: Claim, begun: Begun | None) -> None:
         held = False
         try:
-            held = await self._execute(claim)
+            held = await self._execute(claim, begun)
         finally:
             self.active.pop(claim.run_id, None)
             self.claims.pop(claim.run_id, None)

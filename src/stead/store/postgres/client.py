@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..._ids import jitter
 from ..._json import JSON
@@ -41,6 +41,18 @@ T = TypeVar("T")
 
 #: How often a command that keeps colliding with other transactions is tried before it fails.
 ATTEMPTS = 12
+
+
+class Applied(NamedTuple):
+    """What applying a command gave."""
+
+    answer: JSON
+    #: The run it submitted, claimed for the worker that asked (``claim_for``).
+    claim: Claim | None
+    #: Its execution, begun in the same transaction (``begin``).
+    begun: transitions.Begun | None
+    #: The event-sequence counter as the command left it (None if it handed out none).
+    sequence: int | None
 
 
 class PostgresClient:
@@ -87,8 +99,8 @@ class PostgresClient:
         """Apply ``command`` (a client has no registry: a submission without a version is
         pinned to the version a runtime registered last). ``timeout`` bounds the wait for a
         free connection of the pool."""
-        answer, _ = await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
-        return answer
+        applied = await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
+        return applied.answer
 
     def apply(
         self,
@@ -98,10 +110,13 @@ class PostgresClient:
         *,
         timeout: float = 30.0,
         claim_for: str | None = None,
-    ) -> tuple[JSON, Claim | None]:
+        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None = None,
+    ) -> Applied:
         """Apply ``command`` in its own transaction, run again while it collides (blocking).
         With ``claim_for`` (a worker's id), a run the command submits at its session's head is
-        claimed for that worker in the same transaction, and its claim returned."""
+        claimed for that worker in the same transaction, and its claim returned; with
+        ``begin`` too, ``begin(tx, run_id)`` begins its execution there, and its answer is
+        returned."""
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
 
@@ -113,7 +128,9 @@ class PostgresClient:
             try:
                 with self._pool.connection(timeout=timeout) as conn:
                     return self._store.guarded(
-                        lambda: self._apply(conn, command, version_of, max_pending, claim_for),
+                        lambda: self._apply(
+                            conn, command, version_of, max_pending, claim_for, begin
+                        ),
                         passing=retryable,
                     )
             except retryable:
@@ -138,7 +155,8 @@ class PostgresClient:
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
         claim_for: str | None,
-    ) -> tuple[JSON, Claim | None]:
+        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None,
+    ) -> Applied:
         store = self._store
         wire = self._wire(conn)
         tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
@@ -165,20 +183,27 @@ class PostgresClient:
             ):
                 claiming = str(answer["run_id"])
                 notices = []  # nothing for the other workers to take
-            # Nothing more is read: the events, the counter, the claim, the notifications and
-            # the commit go to the server together, and the command waits for it once.
-            tx.write_events()
-            tx.write_sequence()
-            claimed = None
+            claimed = begun = None
             if claiming is not None and claim_for is not None:
                 claimed = _claim_new(tx, claiming, claim_for, store.lease_seconds)
+                if begin is not None:
+                    # The run was inserted by this transaction, so nobody else can have
+                    # claimed it: the claim holds, and its execution begins here too.
+                    begun = begin(tx, claiming)
+            # Nothing more is read: the events, the counter, the notifications and the commit
+            # go to the server together, and the command waits for it once.
+            tx.write_events()
+            tx.write_sequence()
             for notice in notices:
                 tx.execute("SELECT pg_notify(?, ?)", (store.channel, notice))
             tx.execute("COMMIT")
             tx.pipeline = None
             wire.close()
             epoch = claimed.fetchone() if claimed is not None else None
-            return answer, Claim(str(claiming), int(epoch[0])) if epoch is not None else None
+            if epoch is None:
+                return Applied(answer, None, None, tx.sequence_written)
+            claim = Claim(str(claiming), int(epoch[0]))
+            return Applied(answer, claim, begun, tx.sequence_written)
         except BaseException:
             tx.pipeline = None
             with contextlib.suppress(Exception):  # what failed is already being raised

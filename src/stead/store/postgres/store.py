@@ -421,23 +421,31 @@ class PostgresStore:
         max_pending: int | None,
         *,
         claim: bool = False,
-    ) -> tuple[JSON, Claim | None]:
+        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None = None,
+    ) -> tuple[JSON, Claim | None, transitions.Begun | None]:
         """Apply a command for a runtime: its own transaction on the pool, and a notification
         (see :mod:`.client`). With ``claim``, a run it submits at its session's head is
         claimed for this worker in the same transaction (its claim is returned): the runtime
-        starts it without asking again, and the other workers are not woken for it."""
+        starts it without asking again, and the other workers are not woken for it. With
+        ``begin`` too, its execution begins in that transaction as well (``begin(tx, run_id)``,
+        whose answer is returned): one transaction takes a new run from its submission to its
+        first step."""
         if self._client is None:
             await asyncio.to_thread(self.client_open)
         assert self._client is not None
-        return await asyncio.to_thread(
+        applied = await asyncio.to_thread(
             functools.partial(
                 self._client.apply,
                 command,
                 version_of,
                 max_pending,
                 claim_for=self.worker if claim else None,
+                begin=begin,
             )
         )
+        if applied.sequence is not None and self._writer is not None:
+            self._writer.observe_sequence(applied.sequence)
+        return applied.answer, applied.claim, applied.begun
 
     def guarded(self, fn: Callable[[], T], *, passing: tuple[type[BaseException], ...] = ()) -> T:
         """``fn()``, with a failure of the server or the connection as one
