@@ -187,6 +187,57 @@ async def test_a_batch_begun_on_the_loop_that_would_wait_is_written_on_the_threa
     assert moved == [1]
 
 
+async def test_a_read_queued_behind_steps_leaves_them_on_the_loop(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read waits for an answer, so it is written on the thread; the steps queued before it
+    are written from the loop without it, and the read, in the next batch, sees them."""
+    from stead.store.postgres import writer
+
+    on_loop: list[int] = []
+    on_thread: list[int] = []
+    loop_batch, thread_batch = writer.PostgresWriter._write_on_loop, writer.PostgresWriter._run
+
+    def spy_loop(self: Any, batch: list[Any]) -> None:
+        on_loop.append(len(batch))
+        loop_batch(self, batch)
+
+    def spy_thread(self: Any, batch: list[Any], begun: bool = False) -> None:
+        on_thread.append(len(batch))
+        thread_batch(self, batch, begun)
+
+    store = _store(schema)
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "done"
+        await asyncio.sleep(0.2)  # the writer is idle, and knows the event counter
+        monkeypatch.setattr(writer.PostgresWriter, "_write_on_loop", spy_loop)
+        monkeypatch.setattr(writer.PostgresWriter, "_run", spy_thread)
+        submit = store._open_writer().submit
+        stamp = "2031-01-01T00:00:00.000+00:00"
+        steps = [
+            submit(
+                lambda tx, n=n: tx.execute(
+                    "UPDATE stead_runs SET updated_at = ? WHERE id = ?", (stamp, run.id)
+                ),
+                checked=False,
+                lazy=True,
+            )
+            for n in range(2)
+        ]
+        read = submit(
+            lambda tx: tx.execute(
+                "SELECT updated_at FROM stead_runs WHERE id = ?", (run.id,)
+            ).fetchone()[0],
+            read_only=True,
+        )
+        await asyncio.gather(*steps)
+        assert await read == stamp
+    assert on_loop[:1] == [2] and on_thread[:1] == [1], (on_loop, on_thread)
+
+
 async def test_a_barrier_commits_with_synchronous_commit_on_and_the_rest_with_it_off(
     schema: str,
 ) -> None:

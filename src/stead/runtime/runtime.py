@@ -347,7 +347,7 @@ class Runtime(Client):
                 return cached
             ended = self._hub.end_flag(run_id)
             try:
-                found = await self._read_committed(lambda tx: _read_outcome(tx, run_id))
+                found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
                 if found is None:
                     raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
                 run, bodies = found
@@ -356,14 +356,6 @@ class Runtime(Client):
                 await wait_flag(ended, self._hub.poll)
             finally:
                 self._hub.forget_end(run_id, ended)
-
-    async def _read_committed(self, fn: Callable[[Tx], Any]) -> Any:
-        """Read what is committed. On a shared store, on a connection of the commands' pool:
-        not in the line of the executions' writes, where a read would take a run's next
-        step with it off the event loop and onto the writer's thread."""
-        if self.shared:
-            return await asyncio.to_thread(cast(ClientStore, self.store).client_read, fn)
-        return await self.store.read(fn)
 
     def _completed(self, run_id: str, completion: Completion) -> None:
         # Completed and on disk: answer result() from memory (bounded; the journal is truth).

@@ -57,6 +57,8 @@ class Scheduler:
         self._shared = shared
         #: The claims queued behind an ending execution's last transaction, by run.
         self._ending: dict[str, asyncio.Future[tuple[list[Claim], datetime | None]]] = {}
+        #: Whether the loop's own claim is under way.
+        self._looking = False
         #: Those whose execution ended, until they answer.
         self._claiming: set[asyncio.Future[tuple[list[Claim], datetime | None]]] = set()
         self._wake = asyncio.Event()
@@ -118,6 +120,8 @@ class Scheduler:
         queue the claim its end calls for (its slot counted free) to share that commit."""
         if not self._shared or self._stopped or self.draining or run_id not in self.active:
             return
+        if self._ending or self._claiming or self._looking:
+            return  # a look is under way: the loop looks once more after it (runs end in bursts)
         free = self.max_concurrent_runs - len(self.active) + 1
         if free <= 0:  # more execute here than there is room for (runs adopted meanwhile)
             return
@@ -201,7 +205,11 @@ class Scheduler:
         free = self.max_concurrent_runs - len(self.active)
         if free <= 0 or self.draining or self._stopped:
             return
-        claims, wakeup = await self._store.claim_runs(free, set(self.active))
+        self._looking = True
+        try:
+            claims, wakeup = await self._store.claim_runs(free, set(self.active))
+        finally:
+            self._looking = False
         for claim in claims:
             self.start(claim)
         self._arm(wakeup)

@@ -193,7 +193,11 @@ class PostgresWriter:
             self._settle(batch, [], self.poisoned)
             return
         self._in_flight = True
-        if self._may_assume(batch) and not any(job.read_only for job in batch):
+        first_read = next((n for n, job in enumerate(batch) if job.read_only), len(batch))
+        if first_read and self._may_assume(batch[:first_read]):
+            # A read waits for an answer, so it goes to the thread; the steps queued before it
+            # go on the loop without it, and it follows in the next batch (it still sees them).
+            batch, self._pending = batch[:first_read], batch[first_read:]
             self._write_on_loop(batch)
         else:
             self._executor.submit(self._run, batch)
