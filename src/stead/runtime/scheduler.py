@@ -211,7 +211,10 @@ class Scheduler:
         finally:
             self._looking = False
         for claim in claims:
-            self.start(claim)
+            if len(self.active) < self.max_concurrent_runs:
+                self.start(claim)
+            else:  # a claim queued behind a run's end took the room meanwhile
+                self.adopt(claim)  # (gives it back)
         self._arm(wakeup)
 
     def _claimed(self, future: asyncio.Future[tuple[list[Claim], datetime | None]]) -> None:
