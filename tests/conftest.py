@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stead
+from stead.testing import ScriptedModel
 
 from ._journal import PgJournal, fresh_journals
 
@@ -33,3 +35,18 @@ def ledger_tool(calls: list[str], *, name: str = "charge", recovery: str = "idem
         return {"charged": amount}
 
     return effect
+
+
+def paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
+    """Agent ``a``: one call of a tool that sets ``entered`` and waits for ``gate``, then
+    ``done``."""
+
+    @stead.tool(recovery="safe")
+    async def pause() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "resumed"
+
+    model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
+    return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[pause])])

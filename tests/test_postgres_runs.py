@@ -21,6 +21,8 @@ import pytest
 import stead
 from stead.testing import ScriptedModel
 
+from .conftest import paused_app
+
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
 CHILD = Path(__file__).with_name("_pg_child.py")
@@ -155,6 +157,19 @@ async def test_a_command_whose_statements_the_server_forgot_is_applied_again(
     assert {first.id, second.id} <= runs
 
 
+@contextlib.asynccontextmanager
+async def _one_run_done(store: Any) -> AsyncIterator[Any]:
+    """A runtime on ``store`` that finished one run (yielded), its writer idle: the
+    scheduler's look for more work is over, and the writer knows the event counter."""
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "done"
+        await asyncio.sleep(0.2)
+        yield run
+
+
 async def test_a_batch_begun_on_the_loop_that_would_wait_is_written_on_the_thread(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,13 +187,8 @@ async def test_a_batch_begun_on_the_loop_that_would_wait_is_written_on_the_threa
 
     monkeypatch.setattr(writer.PostgresWriter, "_again_on_thread", spy)
     store = _store(schema)
-    model = ScriptedModel(["done"])
-    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
-    async with await app.open(store) as runtime:
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
-        assert (await run.result(timeout=10)).output == "done"
+    async with _one_run_done(store):
         assert not moved  # the run's own steps never read on the loop
-        await asyncio.sleep(0.2)  # the scheduler's look for more work is over: a batch alone
         answer = await store._open_writer().submit(
             lambda tx: tx.execute("SELECT count(*) FROM stead_runs").fetchone()[0],
             checked=False,
@@ -207,12 +217,7 @@ async def test_a_read_queued_behind_steps_leaves_them_on_the_loop(
         thread_batch(self, batch, begun)
 
     store = _store(schema)
-    model = ScriptedModel(["done"])
-    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
-    async with await app.open(store) as runtime:
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
-        assert (await run.result(timeout=10)).output == "done"
-        await asyncio.sleep(0.2)  # the writer is idle, and knows the event counter
+    async with _one_run_done(store) as run:
         monkeypatch.setattr(writer.PostgresWriter, "_write_on_loop", spy_loop)
         monkeypatch.setattr(writer.PostgresWriter, "_run", spy_thread)
         submit = store._open_writer().submit
@@ -297,18 +302,6 @@ async def test_a_step_larger_than_the_sockets_buffers_is_written_whole(schema: s
     assert json.loads(result)["output"] == big
 
 
-def _paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
-    @stead.tool(recovery="safe")
-    async def pause() -> str:
-        """Wait for the test."""
-        entered.set()
-        await gate.wait()
-        return "resumed"
-
-    model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
-    return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[pause])])
-
-
 def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The messages of the batches the server refused because what the writer assumed (the
     claims, the sequence counter) no longer held."""
@@ -327,11 +320,11 @@ def _count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def _paused_run(store: Any) -> AsyncIterator[tuple[Any, asyncio.Event, Any]]:
-    """A run of :func:`_paused_app` held inside its tool, the writer idle (the next batch is
+    """A run of :func:`paused_app` held inside its tool, the writer idle (the next batch is
     the one after what the test does), and a connection of the test's own: ``(run, gate,
     conn)``; set ``gate`` to let the run go on."""
     entered, gate = asyncio.Event(), asyncio.Event()
-    async with await _paused_app(entered, gate).open(store) as runtime:
+    async with await paused_app(entered, gate).open(store) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await asyncio.wait_for(entered.wait(), 10)
         await asyncio.sleep(0.1)
@@ -528,7 +521,7 @@ async def test_a_run_a_worker_submits_is_claimed_with_its_submission(
     claimed = _count_claimed(monkeypatch)
     entered, gate = asyncio.Event(), asyncio.Event()
     store = _store(schema)
-    async with await _paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
+    async with await paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
         first = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
         conn = store.connect()
         try:
@@ -601,7 +594,7 @@ async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
     monkeypatch.setattr(transitions, "complete", spy_complete)
     entered, gate = asyncio.Event(), asyncio.Event()
     store = _store(schema)
-    async with await _paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
+    async with await paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
         first = await runtime.submit("a", session_id="s", request_id="r1", prompt="go")
         await asyncio.wait_for(entered.wait(), 10)
         second = await runtime.submit(

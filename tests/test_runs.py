@@ -11,7 +11,7 @@ import stead
 from stead.testing import FunctionModel, ScriptedModel
 
 from ._journal import Journal, PgJournal, journal_events, open_store
-from .conftest import ledger_tool
+from .conftest import ledger_tool, paused_app
 
 
 def _agent(
@@ -243,18 +243,9 @@ async def test_open_returns_with_the_runnable_runs_started(db: str) -> None:
     """The runtime's first look for work is part of opening it: a run left unfinished is
     executing again when ``open`` returns."""
     entered, gate = asyncio.Event(), asyncio.Event()
-
-    @stead.tool(recovery="safe")
-    async def pause() -> str:
-        """Wait for the test."""
-        entered.set()
-        await gate.wait()
-        return "resumed"
-
-    model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
-    app = stead.App(agents=[_agent(model, tools=[pause])])
+    app = paused_app(entered, gate)
     async with await app.open(open_store(db), resume=False) as runtime:
-        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
     async with await app.open(open_store(db)) as runtime:
         assert runtime.health()["active_runs"] == 1
         await asyncio.wait_for(entered.wait(), 10)
