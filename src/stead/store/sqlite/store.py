@@ -66,8 +66,12 @@ PAGE_SIZE = 1024
 SEQUENCE_RESERVATION = 10_000
 
 
-#: Pauses between tries of the owner's lock before a second owner is refused (None: give up).
-_LOCK_PAUSES: tuple[float | None, ...] = (0.05, 0.1, 0.2, 0.4, None)
+#: Seconds an opening runtime tries the owner's lock before it refuses to be a second owner,
+#: and how often. A client applying a command holds the lock for milliseconds, and clients
+#: applying one command after another leave it free only for moments between them: tried
+#: often, the lock is found free in one of them.
+_LOCK_WAIT = 1.0
+_LOCK_POLL = 0.005
 
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
@@ -289,14 +293,15 @@ class SqliteStore:
         kernel when this process dies. Returns its file descriptor."""
         fd = self._open_lock()
         try:
-            for pause in _LOCK_PAUSES:  # a client applying a command holds it for milliseconds
+            deadline = time.monotonic() + _LOCK_WAIT
+            while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if pause is None:
+                    if time.monotonic() >= deadline:
                         raise
-                    time.sleep(pause)
+                    time.sleep(_LOCK_POLL)
         except OSError as exc:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
