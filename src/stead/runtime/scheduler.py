@@ -230,8 +230,7 @@ class Scheduler:
             return
         for claim in claims:
             self.adopt(claim)
-        if not self._stopped:
-            self._arm(wakeup)
+        self._arm(wakeup)
 
     async def _beat(self) -> None:
         """Extend the leases of the runs executing here; stop executing those lost."""

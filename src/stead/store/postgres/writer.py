@@ -110,8 +110,6 @@ class PostgresWriter:
         self._sequence: int | None = None
         self._assume_after = 0.0
         self._missed = 0  # batches in a row whose assumptions the server refused
-        #: The largest counter another transaction of this process left (observe_sequence).
-        self._observed = 0
 
     def submit(
         self,
@@ -150,9 +148,7 @@ class PostgresWriter:
         sequence counter at ``sequence``. The counter only grows, so the larger of what this
         writer knows is the better guess for its next batch to assume: without it, the first
         batch after every submission would be refused and written again the checked way."""
-        if self._sequence is None or sequence > self._sequence:
-            self._sequence = sequence
-        self._observed = max(self._observed, sequence)
+        self._sequence = max(self._sequence or 0, sequence)
 
     def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
         """Give a job still waiting in the queue another function; False once its batch
@@ -386,7 +382,7 @@ class PostgresWriter:
         """A batch written on assumptions committed: what it assumed held, and the counter is
         where it left it. Returns its events."""
         tx.committed()
-        self._sequence = max(tx.sequence_written or 0, self._observed) or None
+        self._sequence = max(tx.sequence_written or 0, self._sequence or 0) or None
         self._missed = 0
         return tx.events
 
@@ -424,7 +420,7 @@ class PostgresWriter:
                 self._wire.forget()
         tx.committed()
         if tx.sequence_written is not None:
-            self._sequence = max(tx.sequence_written, self._observed)
+            self._sequence = max(tx.sequence_written, self._sequence or 0)
         return tx.events
 
     def _finish(self, tx: PostgresTx, batch: list[Job[Any]]) -> None:
