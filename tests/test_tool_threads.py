@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,50 @@ async def test_calls_made_at_once_run_one_after_another_on_the_thread_just_woken
     assert len(set(idents)) == 1
     assert _threads._pool.threads == 1
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
+async def test_calls_finishing_while_the_loop_is_busy_wake_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Outcomes that arrive before the loop gets round to them share one wake-up of the loop
+    (each wake-up is a hand-off between CPUs), and every caller still gets its own answer."""
+    import asyncio
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "PATIENCE", 30.0)  # all ten run on one thread, in turn
+    loop = asyncio.get_running_loop()
+    wakes: list[object] = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(callback)
+        return plain(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    go = threading.Event()
+
+    def square(n: int) -> int:
+        go.wait(10)
+        if n == 3:
+            raise ValueError("three")
+        return n * n
+
+    calls = [_threads.run_in_thread(square, n) for n in range(10)]
+    go.set()
+    mailbox = _threads._mailbox(loop)
+    deadline = time.monotonic() + 10
+    while len(mailbox.outcomes) < 10 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the loop is busy: it settles nothing meanwhile
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    assert len(wakes) == 1
+    assert [a if isinstance(a, int) else str(a) for a in answers] == [
+        0, 1, 4, "three", 16, 25, 36, 49, 64, 81,
+    ]  # fmt: skip
+    assert await _threads.run_in_thread(square, 5) == 25  # and the next one wakes it again
+    assert len(wakes) == 2
 
 
 async def test_calls_that_block_still_wait_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,11 +6,15 @@ whichever of its threads wakes first, which costs about 140 µs a call on a smal
 queue and the most recently busy one takes the next call (its stack and caches are warm), which
 halves the hand-off. Calls run in a copy of the caller's context, as with ``to_thread``.
 
-Waking a thread is the costly part of a hand-off, and many runs going at once call their tools
-in the same few microseconds: a call that arrives while a thread has just started another waits
-behind it (the thread takes it next, without sleeping in between) for up to :data:`PATIENCE`.
-A call still waiting then is behind one that blocks (a request, a sleep): it gets a thread of
-its own, so tools that wait still wait side by side.
+Waking a thread is the costly part of a hand-off, each way. Many runs going at once call their
+tools in the same few microseconds: a call that arrives while a thread has just started another
+waits behind it (the thread takes it next, without sleeping in between) for up to
+:data:`PATIENCE`. Back the other way, a thread that finishes a call puts the outcome in its
+loop's mailbox and wakes the loop only if no wake-up is on its way already: a burst of calls
+finishing together costs the loop one wake-up, not one each, and the worker does not hand the
+interpreter lock to the loop at every delivery. A call still waiting after :data:`PATIENCE` is
+behind one that blocks (a request, a sleep): it gets a thread of its own, so tools that wait
+still wait side by side.
 
 The threads are daemons: an interpreter that exits while a function still runs does not wait
 for it, which is what a crash would do too — the journal decides what happens to that call when
@@ -21,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -39,18 +43,64 @@ MAX_THREADS = 32
 PATIENCE = 0.001
 
 
+class _Mailbox:
+    """The outcomes of one loop's calls, delivered in batches: one wake-up of the loop settles
+    every outcome that arrived before it ran."""
+
+    __slots__ = ("loop", "outcomes", "waking")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.outcomes: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
+        self.outcomes = collections.deque()
+        self.waking = False  # a wake-up of the loop is on its way (set and cleared under the GIL)
+
+    def post(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        """On a worker thread: hand an outcome to the loop."""
+        self.outcomes.append((future, result, error))  # before the check: see settle
+        if not self.waking:
+            self.waking = True
+            try:
+                self.loop.call_soon_threadsafe(self.settle)
+            except RuntimeError:  # the loop closed: nobody waits any more
+                self.waking = False
+
+    def settle(self) -> None:
+        """On the loop: settle every outcome posted so far. ``waking`` is cleared first, so an
+        outcome posted while this runs is either taken here or wakes the loop again."""
+        self.waking = False
+        outcomes = self.outcomes
+        while outcomes:
+            _settle(*outcomes.popleft())
+
+
+_mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
+    """The loop's mailbox (on the loop's thread)."""
+    box = _mailboxes.get(loop)
+    if box is None:
+        box = _mailboxes[loop] = _Mailbox(loop)
+    return box
+
+
 class _Call:
-    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop", "taken")
+    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop", "mailbox", "taken")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
+        mailbox: _Mailbox,
         future: asyncio.Future[Any],
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
         self.loop = loop
+        self.mailbox = mailbox
         self.future = future
         self.context = contextvars.copy_context()
         self.fn = fn
@@ -67,8 +117,7 @@ class _Call:
             del self.fn, self.args, self.kwargs  # drop references before the thread idles
 
     def deliver(self, outcome: tuple[Any, BaseException | None]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            self.loop.call_soon_threadsafe(_settle, self.future, *outcome)
+        self.mailbox.post(self.future, *outcome)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -154,6 +203,7 @@ def _forget_threads() -> None:
     """In a forked child the parent's threads do not exist: start afresh."""
     global _pool
     _pool = _Pool()
+    _mailboxes.clear()
 
 
 os.register_at_fork(after_in_child=_forget_threads)
@@ -164,7 +214,7 @@ def run_in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio
     exception. Cancelling the future does not stop the function, only the waiting."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
-    _pool.start(_Call(loop, future, fn, args, kwargs))
+    _pool.start(_Call(loop, _mailbox(loop), future, fn, args, kwargs))
     return future
 
 
