@@ -153,7 +153,8 @@ async def test_run_agent_names_the_resolve_command_of_a_needs_attention_run(db: 
     async with await app.open(open_store(db)):
         pass
     other = stead.Agent(id="a", version="2", model=ScriptedModel(["x"]))
-    async with await stead.App(agents=[other]).open(open_store(db)) as runtime:
+    # The run is pinned to version 2 and left unstarted (a runtime that resumed would run it).
+    async with await stead.App(agents=[other]).open(open_store(db), resume=False) as runtime:
         await runtime.submit(
             "a", session_id="job-2", request_id="job-2", prompt="go", run_id="job-2"
         )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import sqlite3
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -435,3 +437,67 @@ async def test_one_run_has_its_barriers_flushed_on_the_loop_and_many_on_the_flus
         assert any(name != loop_thread for name in flushed_on), flushed_on
         go_on.set()
         assert (await held.result()).output == "done"
+
+
+async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_executes(
+    db: str,
+) -> None:
+    """With at most one run executing, nobody else would join a batch: a commit someone waits
+    for happens at once (its lazy forerunners with it), and its future is settled when
+    ``transact`` returns. With more runs executing, jobs wait for the end of the loop's turn
+    to share one commit. A commit asked for while a flush delivers waits its turn too, so
+    deliveries stay in commit order."""
+    from stead.journal import transitions
+    from stead.journal.events import Custom
+
+    store = stead.SqliteStore(db)
+    delivered: list[list[int]] = []
+    during_delivery: list[asyncio.Future[object]] = []
+
+    def note(text: str) -> Any:
+        return functools.partial(
+            transitions.emit, run_id="run-1", payload=Custom(name="note", value=text)
+        )
+
+    def on_commit(events: list[Any]) -> None:
+        delivered.append([e.sequence for e in events])
+        if len(delivered) == 2:  # ask for a commit while this one is delivered
+            future = store.transact(note("nested"), durability="commit", isolated=False)
+            during_delivery.append(future)
+            assert not future.done()
+
+    await asyncio.to_thread(store.acquire, asyncio.get_running_loop(), on_commit, print)
+    one_run = True
+    store.flush_here_when(lambda: one_run)
+    try:
+        submitted = store.transact(
+            functools.partial(
+                transitions.submit,
+                run_id="run-1",
+                session_id="s",
+                request_id="r",
+                agent_id="a",
+                version="1",
+                input={"prompt": "go"},
+                submission="digest",
+                enqueue=False,
+                max_pending=None,
+            ),
+            durability="commit",
+        )
+        assert submitted.done()
+        lazy = store.transact(note("lazy"), durability="lazy", isolated=False)
+        first = store.transact(note("first"), durability="commit", isolated=False)
+        assert lazy.done() and first.done()  # committed together, before transact returned
+        await asyncio.wait_for(during_delivery[0], 5)
+        assert len(delivered) == 3
+
+        one_run = False
+        second = store.transact(note("second"), durability="commit", isolated=False)
+        assert not second.done()  # it waits for company until the loop's turn ends
+        await second
+    finally:
+        await store.aclose()
+    assert len(delivered) == 4
+    sequences = [s for batch in delivered for s in batch]
+    assert sequences == sorted(sequences) and len(sequences) == len(set(sequences))

@@ -659,7 +659,8 @@ class _Checkpointer:
         self._thread.start()
 
     def nudge(self) -> None:
-        self._dirty.set()
+        if not self._dirty.is_set():  # set() takes a lock: most commits find it set already
+            self._dirty.set()
 
     def stop(self) -> None:
         self._stopping.set()

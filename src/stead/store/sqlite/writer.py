@@ -10,7 +10,9 @@ What costs milliseconds is the fsync. A batch that holds a *barrier* (or any bat
 ``fsync="always"``) is made durable by an fsync of the write-ahead log on a separate thread, which
 flushes that commit and every one before it; batches that arrive meanwhile share the next fsync.
 When the owner executes at most one run and nothing else waits for the disk, the loop flushes
-itself instead: nobody is kept waiting, and the hand-off to the thread and back is saved.
+itself instead: nobody is kept waiting, and the hand-off to the thread and back is saved. Then,
+too, a job someone waits for commits at once, in the caller's own step (with the lazy jobs queued
+before it): nobody else would join its batch, and the caller saves two turns of the loop.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
@@ -63,6 +65,11 @@ class _Committed:
     needs: int
 
 
+#: A timer may fire this much before its time (the loop runs those due within its clock's
+#: resolution); a lazy job that early counts as due.
+_EARLY = 0.0001
+
+
 class Writer:
     """Group-commits queued jobs at the end of each loop turn; see the module docstring."""
 
@@ -90,7 +97,13 @@ class Writer:
         self._always = always
         self._pending: list[Job[Any]] = []
         self._scheduled = False
+        #: The lazy-commit timer. It is not cancelled when a flush takes the lazy jobs early
+        #: (every turn of a run, when the next intent commits): a later lazy job reuses it,
+        #: and it waits on when it fires early for that job.
         self._timer: asyncio.TimerHandle | None = None
+        #: When the oldest lazy job queued since the last flush was queued (loop time).
+        self._lazy_since: float | None = None
+        self._flushing = False  # a flush (and its delivery) is under way
         self._commits = 0  # commits made
         self._synced = 0  # commits known to be on disk
         self._wanted = 0  # the highest commit a job waits to see on disk
@@ -108,7 +121,7 @@ class Writer:
         #: sets it: true while it executes at most one run). Then a barrier whose batch is the
         #: only one waiting is flushed on the loop, without the hand-off to the flush thread
         #: and back — two thread wake-ups, which on a small virtual machine cost a good part
-        #: of an fsync.
+        #: of an fsync — and a job someone waits for commits in the caller's step.
         self.alone: Callable[[], bool] | None = None
 
     def submit(
@@ -136,11 +149,39 @@ class Writer:
         if self._scheduled:
             return future
         if not lazy or barrier or len(self._pending) >= self.max_lazy:
+            if not lazy and self._may_commit_here():
+                self._flush()  # the future is settled when this returns
+                return future
             self._scheduled = True
             self._loop.call_soon(self._flush)
-        elif self._timer is None:
-            self._timer = self._loop.call_later(self.lazy_delay, self._flush)
+        else:
+            if self._lazy_since is None:
+                self._lazy_since = self._loop.time()
+            if self._timer is None:
+                self._timer = self._loop.call_at(self._lazy_since + self.lazy_delay, self._due)
         return future
+
+    def _may_commit_here(self) -> bool:
+        """Whether a job someone waits for may be committed at once, in the caller's own
+        step, instead of at the end of the loop's turn: nobody else would add to the batch
+        (the owner says so, :attr:`alone`), no earlier batch waits for delivery, and this is
+        not a flush's own delivery calling back (which would deliver out of order). It saves
+        the caller two turns of the loop: one to flush, one to wake it."""
+        return (
+            not self._flushing and not self._deliveries and self.alone is not None and self.alone()
+        )
+
+    def _due(self) -> None:
+        """The lazy timer fired: commit the lazy jobs that have waited :attr:`lazy_delay`, or
+        wait on for ones queued after an earlier flush took the jobs the timer was set for."""
+        self._timer = None
+        if self._lazy_since is None or self._scheduled:
+            return  # flushed meanwhile, or a flush is on its way
+        due = self._lazy_since + self.lazy_delay
+        if self._loop.time() + _EARLY < due:
+            self._timer = self._loop.call_at(due, self._due)
+        else:
+            self._flush()
 
     def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
         """Give a job still waiting in the queue another function; False if it is not there
@@ -155,16 +196,24 @@ class Writer:
         """Commit what is queued, wait for every flush and delivery, stop the sync thread."""
         if self._pending:
             self._flush()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self._idle.wait()
         self._executor.shutdown(wait=True)
 
     # -- committing --------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        self._flushing = True
+        try:
+            self._flush_pending()
+        finally:
+            self._flushing = False
+
+    def _flush_pending(self) -> None:
         self._scheduled = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._lazy_since = None
         batch, self._pending = self._pending, []
         if not batch:
             return
