@@ -103,6 +103,7 @@ class Tool:
         self.is_question = False
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._arguments = _arguments_model(fn, tool_name)
+        self._fields = tuple(self._arguments.model_fields)  # looked up once, not at every call
         schema = self._arguments.model_json_schema()
         schema.pop("title", None)
         self.parameters: Mapping[str, Any] = schema
@@ -123,7 +124,7 @@ class Tool:
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments; raises ``pydantic.ValidationError``."""
         model = self._arguments.model_validate(dict(arguments))
-        return {field: getattr(model, field) for field in type(model).model_fields}
+        return {field: getattr(model, field) for field in self._fields}
 
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         """Run the tool: async functions on the loop, sync ones in a worker thread (or on the
