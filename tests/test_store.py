@@ -446,7 +446,7 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
     for happens at once (its lazy forerunners with it), and its future is settled when
     ``transact`` returns. With more runs executing, jobs wait for the end of the loop's turn
     to share one commit. A commit asked for while a flush delivers waits its turn too, so
-    deliveries stay in commit order."""
+    deliveries stay in commit order; so does a barrier."""
     from stead.journal import transitions
     from stead.journal.events import Custom
 
@@ -492,12 +492,20 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
         await asyncio.wait_for(during_delivery[0], 5)
         assert len(delivered) == 3
 
+        # A barrier waits for the end of the turn: a side effect's result, which the run does
+        # not wait for, shares its commit (and fsync) with what the run writes next.
+        result = store.transact(note("result"), durability="barrier", isolated=False)
+        intent = store.transact(note("intent"), durability="commit", isolated=False)
+        assert not result.done() and not intent.done()
+        await asyncio.gather(result, intent)
+        assert len(delivered) == 4 and len(delivered[3]) == 2
+
         one_run = False
         second = store.transact(note("second"), durability="commit", isolated=False)
         assert not second.done()  # it waits for company until the loop's turn ends
         await second
     finally:
         await store.aclose()
-    assert len(delivered) == 4
+    assert len(delivered) == 5
     sequences = [s for batch in delivered for s in batch]
     assert sequences == sorted(sequences) and len(sequences) == len(set(sequences))

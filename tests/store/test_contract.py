@@ -364,9 +364,8 @@ async def test_event_sequences_increase_without_gaps_and_page(journal: Journal) 
 async def test_a_lazy_write_commits_on_its_own_after_a_commit_took_the_one_before(
     journal: Journal,
 ) -> None:
-    """A lazy write waits for company, but not for ever: after a waited-for commit took an
-    earlier lazy write (and with it the reason its timer was set), the next one still commits
-    alone."""
+    """A lazy write waits for company, but not for ever: after a waited-for commit took the
+    lazy write before it, the next one still commits on its own."""
     store = journal.store
     seen: list[str] = []
 
@@ -376,7 +375,7 @@ async def test_a_lazy_write_commits_on_its_own_after_a_commit_took_the_one_befor
     first = store.transact(functools.partial(note, "lazy-1"), durability="lazy", isolated=False)
     await store.transact(functools.partial(note, "commit"), durability="commit", isolated=False)
     assert first.done() and seen == ["lazy-1", "commit"]
-    # The first one's timer is still set: it fires before the next one is due.
+    # On SQLite the first one's timer is still set: it fires before the next one is due.
     await asyncio.sleep(0.001)
     second = store.transact(functools.partial(note, "lazy-2"), durability="lazy", isolated=False)
     await asyncio.wait_for(second, 5)

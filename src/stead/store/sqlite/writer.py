@@ -11,8 +11,9 @@ What costs milliseconds is the fsync. A batch that holds a *barrier* (or any bat
 flushes that commit and every one before it; batches that arrive meanwhile share the next fsync.
 When the owner executes at most one run and nothing else waits for the disk, the loop flushes
 itself instead: nobody is kept waiting, and the hand-off to the thread and back is saved. Then,
-too, a job someone waits for commits at once, in the caller's own step (with the lazy jobs queued
-before it): nobody else would join its batch, and the caller saves two turns of the loop.
+too, a commit someone waits for (not a barrier) happens at once, in the caller's own step, with
+the lazy jobs queued before it: nobody else would join its batch, and the caller saves two turns
+of the loop.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
@@ -99,7 +100,8 @@ class Writer:
         self._scheduled = False
         #: The lazy-commit timer. It is not cancelled when a flush takes the lazy jobs early
         #: (every turn of a run, when the next intent commits): a later lazy job reuses it,
-        #: and it waits on when it fires early for that job.
+        #: and it waits on when it fires early for that job; one that finds no lazy job
+        #: waiting ends there.
         self._timer: asyncio.TimerHandle | None = None
         #: When the oldest lazy job queued since the last flush was queued (loop time).
         self._lazy_since: float | None = None
@@ -121,7 +123,7 @@ class Writer:
         #: sets it: true while it executes at most one run). Then a barrier whose batch is the
         #: only one waiting is flushed on the loop, without the hand-off to the flush thread
         #: and back — two thread wake-ups, which on a small virtual machine cost a good part
-        #: of an fsync — and a job someone waits for commits in the caller's step.
+        #: of an fsync — and a commit someone waits for happens in the caller's step.
         self.alone: Callable[[], bool] | None = None
 
     def submit(
@@ -149,7 +151,7 @@ class Writer:
         if self._scheduled:
             return future
         if not lazy or barrier or len(self._pending) >= self.max_lazy:
-            if not lazy and self._may_commit_here():
+            if not lazy and not barrier and self._may_commit_here():
                 self._flush()  # the future is settled when this returns
                 return future
             self._scheduled = True
@@ -166,7 +168,11 @@ class Writer:
         step, instead of at the end of the loop's turn: nobody else would add to the batch
         (the owner says so, :attr:`alone`), no earlier batch waits for delivery, and this is
         not a flush's own delivery calling back (which would deliver out of order). It saves
-        the caller two turns of the loop: one to flush, one to wake it."""
+        the caller two turns of the loop: one to flush, one to wake it.
+
+        Barriers are not committed at once: a side effect's result is a barrier the run does
+        not wait for (``settle=False``), and what it writes next (the next model call's
+        intent) shares its commit and its fsync at the end of the turn."""
         return (
             not self._flushing and not self._deliveries and self.alone is not None and self.alone()
         )
