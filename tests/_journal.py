@@ -3,6 +3,7 @@ file (a path) or a PostgreSQL schema (:class:`PgJournal`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import sqlite3
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stead._clock import SystemClock
+from stead.journal import transitions
 from stead.journal.records import Event
 from stead.store.sqlite.tx import SqliteTx
 
@@ -107,3 +109,23 @@ def fresh_journals(backend: str, tmp_path: Path, prefix: str) -> Iterator[str | 
         yield journal
     finally:
         journal.drop()
+
+
+def submission(
+    run_id: str = "run-1", session_id: str = "s", request_id: str = "r", **extra: Any
+) -> Any:
+    """The transition that submits a run of agent ``a`` version 1 (for ``store.transact``),
+    as a runtime would; ``extra`` overrides its other arguments."""
+    args: dict[str, Any] = {
+        "run_id": run_id,
+        "session_id": session_id,
+        "request_id": request_id,
+        "agent_id": "a",
+        "version": "1",
+        "input": {"prompt": "go"},
+        "submission": f"digest-{session_id}-{request_id}",
+        "enqueue": False,
+        "max_pending": None,
+    }
+    args.update(extra)
+    return functools.partial(transitions.submit, **args)

@@ -21,6 +21,7 @@ import pytest
 import stead
 from stead.testing import ScriptedModel
 
+from ._journal import submission
 from .conftest import paused_app
 
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
@@ -401,29 +402,13 @@ async def test_a_batch_rolled_back_to_break_a_deadlock_is_written_again(schema: 
     """The writer holds the sequence counter while it writes to a run; a command holding that
     run waits for the counter. The server breaks the deadlock by rolling the writer's batch
     back (it waited first): the batch is written again, and the store goes on."""
-    import functools
-
-    from stead.journal import transitions
 
     store = _store(schema)
     loop = asyncio.get_running_loop()
     await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
     command, watcher = store.connect(), store.connect()
     try:
-        await store.transact(
-            functools.partial(
-                transitions.submit,
-                run_id="run-1",
-                session_id="s",
-                request_id="r",
-                agent_id="a",
-                version="1",
-                input={"prompt": "go"},
-                submission="digest",
-                enqueue=False,
-                max_pending=None,
-            )
-        )
+        await store.transact(submission())
         command.execute("SET deadlock_timeout = '30s'")  # the writer's check comes first
         command.execute("BEGIN")
         command.execute("SELECT id FROM stead_runs WHERE id = 'run-1' FOR UPDATE")

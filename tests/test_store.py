@@ -18,7 +18,7 @@ import stead
 from stead.store.sqlite import SCHEMA_VERSION
 from stead.testing import ScriptedModel
 
-from ._journal import journal_events
+from ._journal import journal_events, submission
 
 
 def _app(turns: list[object] | None = None) -> stead.App:
@@ -470,21 +470,7 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
     one_run = True
     store.flush_here_when(lambda: one_run)
     try:
-        submitted = store.transact(
-            functools.partial(
-                transitions.submit,
-                run_id="run-1",
-                session_id="s",
-                request_id="r",
-                agent_id="a",
-                version="1",
-                input={"prompt": "go"},
-                submission="digest",
-                enqueue=False,
-                max_pending=None,
-            ),
-            durability="commit",
-        )
+        submitted = store.transact(submission(), durability="commit")
         assert submitted.done()
         lazy = store.transact(note("lazy"), durability="lazy", isolated=False)
         first = store.transact(note("first"), durability="commit", isolated=False)

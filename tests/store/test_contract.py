@@ -24,6 +24,8 @@ from stead.journal.keys import history_node
 from stead.journal.records import RunStatus, Writes
 from stead.testing import FakeClock
 
+from .._journal import submission
+
 BACKENDS = ["sqlite", "postgres"]
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 
@@ -42,19 +44,9 @@ class Journal:
         return await self.store.read(fn)
 
     async def submit(self, run_id: str, session: str, request: str = "r", **extra: Any) -> Any:
-        args: dict[str, Any] = {
-            "run_id": run_id,
-            "session_id": session,
-            "request_id": request,
-            "agent_id": "a",
-            "version": "1",
-            "input": {"prompt": "go"},
-            "submission": f"digest-{session}-{request}",
-            "enqueue": False,
-            "max_pending": None,
-        }
-        args.update(extra)
-        return await self.do(transitions.submit, **args)
+        return await self.store.transact(
+            submission(run_id, session, request, **extra), durability="barrier"
+        )
 
 
 @pytest.fixture(params=BACKENDS)
