@@ -88,19 +88,17 @@ def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
 
 
 class _Call:
-    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop", "mailbox", "taken")
+    __slots__ = ("args", "context", "fn", "future", "kwargs", "mailbox", "taken")
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
         mailbox: _Mailbox,
         future: asyncio.Future[Any],
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
-        self.loop = loop
-        self.mailbox = mailbox
+        self.mailbox = mailbox  # and with it the caller's loop
         self.future = future
         self.context = contextvars.copy_context()
         self.fn = fn
@@ -146,7 +144,7 @@ class _Pool:
                 # A thread has just started a call: this one goes next on that thread, unless
                 # the thread is still busy when the patience runs out (see rescue).
                 self.backlog.append(call)
-                call.loop.call_later(PATIENCE, self.rescue, call)
+                call.mailbox.loop.call_later(PATIENCE, self.rescue, call)
                 return
             if not self._hand(call, now):
                 self.backlog.append(call)  # every thread is busy: the first to finish takes it
@@ -214,7 +212,7 @@ def run_in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio
     exception. Cancelling the future does not stop the function, only the waiting."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
-    _pool.start(_Call(loop, _mailbox(loop), future, fn, args, kwargs))
+    _pool.start(_Call(_mailbox(loop), future, fn, args, kwargs))
     return future
 
 
