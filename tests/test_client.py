@@ -269,6 +269,21 @@ async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> N
     assert len(rows) == 1 and '"s2"' in rows[0][0]
 
 
+async def test_opening_a_runtime_waits_for_no_lazy_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting old answers is a lazy write: opening commits it with the inbox's first read
+    instead of waiting for the lazy timer (2 ms on every open; here, a minute)."""
+    from stead.store.sqlite.writer import Writer
+
+    monkeypatch.setattr(Writer, "lazy_delay", 60.0)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["hi"]))])
+    runtime = await asyncio.wait_for(app.open(stead.SqliteStore(tmp_path / "x.db")), 10)
+    async with runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "hi"
+
+
 async def test_a_client_without_a_runtime_names_the_version_parameter(tmp_path: Path) -> None:
     """No runtime owns the store, so none picks the latest version: the error says to pass
     ``version=`` and names the parameter for callers that spell it otherwise."""

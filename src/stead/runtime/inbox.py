@@ -19,7 +19,7 @@ from .._json import JSON
 from ..errors import SteadError, StorageError, ValidationError, described
 from ..journal import transitions
 from ..journal.commands import Command, command_from_json, error_answer
-from ..journal.protocol import OwnedStore, Tx
+from ..journal.protocol import InboxRow, OwnedStore, Tx
 
 __all__ = ["INTERVAL", "Inbox"]
 
@@ -75,9 +75,12 @@ class Inbox:
     async def drain(self) -> None:
         """Apply every posted command, oldest first; forget answers read long ago."""
         horizon = self._store.clock.now() - KEEP_ANSWERS
-        await self._store.transact(lambda tx: tx.forget_answered(horizon), durability="lazy")
+        # Lazy, and not waited for on its own: it commits with the read queued after it (a
+        # read sees every write queued before it) instead of on the lazy timer, which would
+        # keep opening a runtime waiting for nothing.
+        forgotten = self._store.transact(lambda tx: tx.forget_answered(horizon), durability="lazy")
+        posted, _ = await asyncio.gather(self._store.read(_posted), forgotten)
         while True:
-            posted = await self._store.read(lambda tx: tx.posted_commands(_BATCH))
             for command_id, data, _status, _answer in posted:
                 try:
                     applied = await self._store.transact(
@@ -100,6 +103,7 @@ class Inbox:
                     self._applied(*applied)
             if len(posted) < _BATCH:
                 return
+            posted = await self._store.read(_posted)
 
     def _apply(self, tx: Tx, *, command_id: int, data: JSON) -> tuple[Command, JSON] | None:
         """Apply one posted command and record its answer, in one transaction. Transitions
@@ -118,6 +122,10 @@ class Inbox:
             return None
         tx.answer_command(command_id, "applied", {"value": answer})
         return command, answer
+
+
+def _posted(tx: Tx) -> list[InboxRow]:
+    return tx.posted_commands(_BATCH)
 
 
 def _refuse(tx: Tx, *, command_id: int, error: SteadError) -> None:
