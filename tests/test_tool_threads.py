@@ -191,6 +191,46 @@ async def test_calls_that_block_still_wait_side_by_side(monkeypatch: pytest.Monk
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
 
 
+async def test_calls_waiting_behind_a_blocked_thread_share_one_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls made at once wait behind the thread just woken; when it blocks, each gets a thread
+    of its own after PATIENCE, from one look a loop (not one timer a call, which many runs
+    calling tools at once would pay at every call)."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "PATIENCE", 0.05)  # the ten calls are made within it
+    loop = asyncio.get_running_loop()
+    timers: list[object] = []
+    plain = loop.call_later
+
+    def counted(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__name__", "") == "rescue":
+            timers.append(callback)
+        return plain(delay, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_later", counted)
+    go = threading.Event()
+
+    def wait(n: int) -> int:
+        go.wait(10)
+        return n
+
+    calls = [_threads.run_in_thread(wait, n) for n in range(10)]
+    for _ in range(1000):
+        if _threads._pool.threads == 10:
+            break
+        await asyncio.sleep(0.002)
+    go.set()
+    assert await asyncio.gather(*calls) == list(range(10))
+    assert _threads._pool.threads == 10  # each blocked call got a thread of its own
+    assert 1 <= len(timers) <= 3  # one look, and one more for calls made a moment later
+    assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
 async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:
     import asyncio
 

@@ -47,13 +47,15 @@ class _Mailbox:
     """The outcomes of one loop's calls, delivered in batches: one wake-up of the loop settles
     every outcome that arrived before it ran."""
 
-    __slots__ = ("loop", "outcomes", "waking")
+    __slots__ = ("loop", "outcomes", "rescuing", "waking")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.outcomes: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
         self.outcomes = collections.deque()
         self.waking = False  # a wake-up of the loop is on its way (set and cleared under the GIL)
+        #: A look at this loop's calls waiting behind a busy thread is scheduled (on the loop).
+        self.rescuing = False
 
     def post(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         """On a worker thread: hand an outcome to the loop."""
@@ -88,7 +90,7 @@ def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
 
 
 class _Call:
-    __slots__ = ("args", "context", "fn", "future", "kwargs", "mailbox", "taken")
+    __slots__ = ("args", "context", "fn", "future", "kwargs", "mailbox", "since")
 
     def __init__(
         self,
@@ -104,7 +106,8 @@ class _Call:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
-        self.taken = False  # a thread has it (set under the pool's lock)
+        #: When it started to wait behind a thread that had just started another call.
+        self.since: float | None = None
 
     def run(self) -> tuple[Any, BaseException | None]:
         try:
@@ -140,22 +143,42 @@ class _Pool:
     def start(self, call: _Call) -> None:
         now = time.monotonic()
         with self.lock:
-            if self.busy and now < self.fresh_until:
-                # A thread has just started a call: this one goes next on that thread, unless
-                # the thread is still busy when the patience runs out (see rescue).
-                self.backlog.append(call)
-                call.mailbox.loop.call_later(PATIENCE, self.rescue, call)
+            if not (self.busy and now < self.fresh_until):
+                if not self._hand(call, now):
+                    self.backlog.append(call)  # every thread is busy: the first to finish takes it
                 return
-            if not self._hand(call, now):
-                self.backlog.append(call)  # every thread is busy: the first to finish takes it
+            # A thread has just started a call: this one goes next on that thread, unless the
+            # thread is still busy when the patience runs out (see rescue).
+            call.since = now
+            self.backlog.append(call)
+        box = call.mailbox
+        if not box.rescuing:  # one timer a loop, not one a waiting call
+            box.rescuing = True
+            box.loop.call_later(PATIENCE, self.rescue, box)
 
-    def rescue(self, call: _Call) -> None:
-        """On the caller's loop, :data:`PATIENCE` after ``call`` waited behind a busy thread:
-        if no thread took it meanwhile, that thread blocks; give the call another one."""
+    def rescue(self, box: _Mailbox) -> None:
+        """On a loop, :data:`PATIENCE` after one of its calls started to wait behind a busy
+        thread: each of its calls that has waited that long, and that no thread has taken
+        meanwhile, waits behind one that blocks; give it another thread. Look again when the
+        next of its calls has waited that long."""
+        box.rescuing = False
+        now = time.monotonic()
+        first: float | None = None  # when the earliest call still waiting began to
         with self.lock:
-            if call.taken or not self._hand(call, time.monotonic()):
-                return
-            self.backlog.remove(call)
+            waiting: collections.deque[_Call] = collections.deque()
+            for call in self.backlog:
+                if call.mailbox is not box or call.since is None:
+                    waiting.append(call)
+                elif call.since + PATIENCE <= now and self._hand(call, now):
+                    continue
+                else:
+                    waiting.append(call)
+                    if first is None and call.since + PATIENCE > now:
+                        first = call.since
+            self.backlog = waiting
+        if first is not None:
+            box.rescuing = True
+            box.loop.call_later(first + PATIENCE - now, self.rescue, box)
 
     def _hand(self, call: _Call, now: float) -> bool:
         """Under the lock: give ``call`` to the warmest idle thread or to a new one; False if
@@ -170,7 +193,6 @@ class _Pool:
             ).start()
         else:
             return False
-        call.taken = True
         self.busy += 1
         self.fresh_until = now + PATIENCE
         inbox.put(call)
@@ -188,7 +210,6 @@ class _Pool:
                     self.busy -= 1
                     self.idle.append(inbox)
                 else:
-                    following.taken = True
                     self.fresh_until = time.monotonic() + PATIENCE
             call.deliver(outcome)
             call = following if following is not None else inbox.get()
