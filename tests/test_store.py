@@ -379,19 +379,33 @@ async def test_one_run_has_its_barriers_flushed_on_the_loop_and_many_on_the_flus
 ) -> None:
     """While the runtime executes one run, nobody else would wait for the disk: a barrier is
     flushed on the event loop, without the hand-off to the flush thread. With two runs
-    executing, the flush goes to the thread so the other run goes on meanwhile."""
+    executing, the flush goes to the thread so the other run goes on meanwhile; on Linux the
+    thread is woken on the loop's CPU and flushes free of that (``stead._threads.Placement``)."""
     import threading
 
     from stead.store.sqlite.store import SqliteStore
 
     flushed_on: list[str] = []
+    flushed_by: list[tuple[int, set[int] | None]] = []  # native id, CPUs allowed meanwhile
     real_sync = SqliteStore._sync_wal
+    placing = hasattr(os, "sched_setaffinity")
 
     def sync(store: SqliteStore) -> None:
         flushed_on.append(threading.current_thread().name)
+        allowed = os.sched_getaffinity(0) if placing else None
+        flushed_by.append((threading.get_native_id(), allowed))
         real_sync(store)
 
     monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
+    pins: list[tuple[int, set[int]]] = []
+    if placing:
+        plain = os.sched_setaffinity
+
+        def recorded(pid: int, cpus: Any) -> None:
+            pins.append((pid, set(cpus)))
+            plain(pid, cpus)
+
+        monkeypatch.setattr(os, "sched_setaffinity", recorded)
     loop_thread = threading.current_thread().name
     go_on = asyncio.Event()
 
@@ -435,6 +449,13 @@ async def test_one_run_has_its_barriers_flushed_on_the_loop_and_many_on_the_flus
         run = await runtime.submit("charging", session_id="s3", request_id="r", prompt="go")
         assert (await run.result()).output == "done"
         assert any(name != loop_thread for name in flushed_on), flushed_on
+        if placing:
+            everywhere = os.sched_getaffinity(0)
+            loop_id = threading.get_native_id()
+            on_thread = [(tid, cpus) for tid, cpus in flushed_by if tid != loop_id]
+            assert on_thread and all(cpus == everywhere for _, cpus in on_thread)
+            tids = {tid for tid, _ in on_thread}
+            assert any(pid in tids and len(cpus) == 1 for pid, cpus in pins), pins
         go_on.set()
         assert (await held.result()).output == "done"
 

@@ -284,6 +284,9 @@ async def test_threads_still_run_calls_where_the_kernel_refuses_to_pin_them(
     from stead import _threads
 
     monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    # Both restored afterwards, so that later tests place threads again.
+    monkeypatch.setattr(_threads, "_looked_up", False)
+    monkeypatch.setattr(_threads, "_getcpu", None)
     refused: list[int] = []
 
     def refuse(pid: int, cpus: Any) -> None:
@@ -293,7 +296,7 @@ async def test_threads_still_run_calls_where_the_kernel_refuses_to_pin_them(
     monkeypatch.setattr(os, "sched_setaffinity", refuse)
     assert [await _threads.run_in_thread(lambda n=n: n) for n in range(5)] == list(range(5))
     assert len(refused) == 1  # tried once, then no more
-    assert _threads._pool.getcpu is None
+    assert _threads._cpu() is None
 
 
 async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:

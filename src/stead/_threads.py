@@ -22,7 +22,8 @@ the loop is woken there too when the call ends. On Linux the loop asks for the t
 on the CPU the loop itself runs on (it will sleep there, waiting for the outcome, and the hand-off
 and the way back become switches on one CPU); the thread lifts that restriction before it runs
 the call, so the function itself runs wherever the kernel puts it, the second CPU included. In a
-100-turn run this took a synchronous tool's hand-off from about 180 to about 40 µs a call.
+100-turn run this took a synchronous tool's hand-off from about 180 to about 70 µs a call. The
+writer's flush thread is woken the same way (:class:`Placement`).
 
 The threads are daemons: an interpreter that exits while a function still runs does not wait
 for it, which is what a crash would do too — the journal decides what happens to that call when
@@ -155,17 +156,74 @@ def _cpu_finder() -> Callable[[], int] | None:
     return getcpu
 
 
-class _Worker:
-    """One thread: the queue it waits on, and whether it is to be woken on the loop's CPU."""
+#: ``sched_getcpu``, once looked up (:func:`_cpu`); None where threads are not placed.
+_getcpu: Callable[[], int] | None = None
+_looked_up = False
 
-    __slots__ = ("allowed", "inbox", "pinned", "tid")
+
+def _cpu() -> Callable[[], int] | None:
+    global _getcpu, _looked_up
+    if not _looked_up:
+        _looked_up, _getcpu = True, _cpu_finder()
+    return _getcpu
+
+
+class Placement:
+    """Where one thread wakes. Before handing work to the thread (idle, waiting for it) and
+    waiting for the answer, the handing thread asks for it to be woken on the CPU the handing
+    thread runs on (:meth:`wake_here`); the thread lifts that as it wakes (:meth:`lift`), so
+    the work itself runs wherever the kernel puts it. See the module docstring for why. Where
+    the kernel refuses (a CPU set that forbids it), no thread is placed any more."""
+
+    __slots__ = ("allowed", "pinned", "tid")
+
+    def __init__(self) -> None:
+        self.tid = 0  # the thread's native id, once bound
+        self.allowed: set[int] = set()  # the CPUs it may run on, once bound
+        self.pinned = False  # restricted to one CPU for its next wake-up
+
+    def bind(self) -> None:
+        """On the thread itself, before it first waits for work."""
+        if _cpu() is not None:
+            self.allowed = os.sched_getaffinity(0)
+            self.tid = threading.get_native_id()
+
+    def wake_here(self) -> None:
+        """On the thread about to hand work to the idle bound thread and wait for it."""
+        global _getcpu
+        getcpu = _cpu()
+        if not self.tid or getcpu is None:
+            return
+        try:
+            os.sched_setaffinity(self.tid, (getcpu(),))
+        except OSError:
+            _getcpu = None
+        else:
+            self.pinned = True
+
+    def lift(self) -> None:
+        """On the bound thread, as it wakes with work: free to run on any of its CPUs."""
+        if self.pinned:
+            self.pinned = False
+            # Refused only if the process's CPU set changed since: the kernel's choice stands.
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, self.allowed)
+
+    def run(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """On the bound thread: :meth:`lift`, then ``fn(*args)`` (for an executor's
+        ``submit``)."""
+        self.lift()
+        return fn(*args)
+
+
+class _Worker:
+    """One thread of the pool: the queue it waits on, and where it wakes."""
+
+    __slots__ = ("inbox", "placement")
 
     def __init__(self) -> None:
         self.inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
-        self.tid = 0  # the thread's native id, once it runs
-        self.allowed: set[int] = set()  # the CPUs it may run on, once it runs
-        #: Restricted to one CPU for its next wake-up; it lifts that itself.
-        self.pinned = False
+        self.placement = Placement()
 
 
 class _Pool:
@@ -177,9 +235,6 @@ class _Pool:
         self.busy = 0  # threads running a call
         #: Until when the call a thread started last counts as just started (monotonic).
         self.fresh_until = 0.0
-        #: The CPU the calling thread runs on, where threads can be told where to wake (found
-        #: when the first thread starts).
-        self.getcpu: Callable[[], int] | None = None
 
     def start(self, call: _Call) -> None:
         now = time.monotonic()
@@ -226,11 +281,8 @@ class _Pool:
         every thread there may be is busy."""
         if self.idle:
             worker = self.idle.pop()
-            if self.getcpu is not None:
-                self._wake_here(worker)
+            worker.placement.wake_here()
         elif self.threads < MAX_THREADS:
-            if not self.threads:
-                self.getcpu = _cpu_finder()
             self.threads += 1
             worker = _Worker()
             threading.Thread(
@@ -243,28 +295,13 @@ class _Pool:
         worker.inbox.put(call)
         return True
 
-    def _wake_here(self, worker: _Worker) -> None:
-        """Under the lock, on the loop: have the idle ``worker`` wake on this thread's CPU.
-        Where the kernel refuses (a CPU set that forbids it), nothing is pinned any more."""
-        assert self.getcpu is not None
-        try:
-            os.sched_setaffinity(worker.tid, (self.getcpu(),))
-        except OSError:
-            self.getcpu = None
-        else:
-            worker.pinned = True
-
     def _work(self, worker: _Worker) -> None:
-        worker.allowed = os.sched_getaffinity(0) if self.getcpu is not None else set()
-        worker.tid = threading.get_native_id()  # before the first call ends, so before it idles
+        placement = worker.placement
+        placement.bind()  # before the first call ends, so before the thread idles
         inbox = worker.inbox
         call = inbox.get()
         while True:  # a daemon: it ends with the interpreter
-            if worker.pinned:  # woken on the loop's CPU: the call runs wherever it may
-                worker.pinned = False
-                # Refused only if the process's CPU set changed since: the kernel's choice stands.
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, worker.allowed)
+            placement.lift()  # woken on the loop's CPU: the call runs wherever it may
             outcome = call.run()
             # Idle (or on to the backlog) before the caller hears back, so that the call it
             # makes next finds this thread free instead of starting another.
@@ -301,4 +338,4 @@ def run_in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio
     return future
 
 
-__all__ = ["MAX_THREADS", "run_in_thread"]
+__all__ = ["MAX_THREADS", "Placement", "run_in_thread"]

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from ..._threads import Placement
 from ...errors import StorageError
 from ...journal.records import Event
 from ..jobs import Job, call_job, run_jobs
@@ -112,8 +113,10 @@ class Writer:
         self._syncing = False
         self._deliveries: collections.deque[_Committed] = collections.deque()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        #: Where the flush thread wakes: on the loop's CPU (``stead._threads``).
+        self._placement = Placement()
         if sync is not None:  # start the flush thread now, not at the first barrier
-            self._executor.submit(lambda: None).result()
+            self._executor.submit(self._placement.bind).result()
         self._idle = asyncio.Event()
         self._idle.set()
         self._busy_since: float | None = None
@@ -302,7 +305,8 @@ class Writer:
         if self._may_flush_here():
             self._synced_to(self._commits, _flushed(self._sync))
             return
-        self._executor.submit(self._sync_thread, self._sync, self._commits)
+        self._placement.wake_here()  # idle: one flush at a time
+        self._executor.submit(self._placement.run, self._sync_thread, self._sync, self._commits)
 
     def _may_flush_here(self) -> bool:
         """Whether to flush on the loop: nothing queued, no other batch waiting for the disk,
