@@ -300,6 +300,86 @@ async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_pa
     assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
 
 
+async def test_starting_a_run_reads_its_session_not_the_stores_history(tmp_path: object) -> None:
+    """A run's start looks for its session's newest completed agent run (the history it
+    continues). However many runs of other sessions completed, that reads the session's runs
+    through the session's index, not every completed run through the status index, which is
+    what the planner picks with no statistics: counted in SQLite VM steps, not timed."""
+    from pathlib import Path
+
+    from stead._clock import SystemClock
+    from stead.store.sqlite.tx import SqliteTx
+
+    db = str(Path(str(tmp_path)) / "history.db")
+    async with await stead.App().open(stead.SqliteStore(db), resume=False):
+        pass
+    stamp = "'2026-01-01T00:00:00.000+00:00'"
+
+    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
+        """``count`` completed agent runs, each of a session of its own."""
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+            "input, submission_digest, created_at, updated_at) "
+            "SELECT 'r' || x, 's' || x, 'r' || x, 'agent', 'a', '1', 'completed', "
+            f"'{{\"prompt\":\"go\"}}', 'd', {stamp}, {stamp} FROM g",
+            (first, first + count - 1),
+        )
+        conn.commit()
+
+    def begin_steps(conn: sqlite3.Connection, run_id: str) -> tuple[int, object]:
+        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
+        counted = [0]
+
+        def tick() -> int:
+            counted[0] += 1
+            return 0
+
+        conn.set_progress_handler(tick, 1)
+        try:
+            _, previous = tx.run_to_begin(run_id)
+        finally:
+            conn.set_progress_handler(None, 1)
+        return counted[0], previous
+
+    def targets(conn: sqlite3.Connection) -> None:
+        """After every other run: a session's history and two runs to begin, one continuing
+        that session and one opening a new session (which has no completed run to find)."""
+        conn.execute("DELETE FROM stead_runs WHERE id IN ('t1', 't2', 't3')")
+        for run_id, session, status in (
+            ("t1", "mine", "completed"),
+            ("t2", "mine", "pending"),
+            ("t3", "new", "pending"),
+        ):
+            conn.execute(
+                "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, "
+                "status, input, submission_digest, created_at, updated_at) "
+                f"VALUES (?, ?, ?, 'agent', 'a', '1', ?, '{{}}', 'd', {stamp}, {stamp})",
+                (run_id, session, run_id, status),
+            )
+        conn.commit()
+
+    def steps(conn: sqlite3.Connection) -> int:
+        total = 0
+        for run_id, history in (("t2", "t1"), ("t3", None)):
+            counted, previous = begin_steps(conn, run_id)
+            assert getattr(previous, "id", None) == history
+            total += counted
+        return total
+
+    conn = sqlite3.connect(db)
+    try:
+        add(conn, 1, 1_000)
+        targets(conn)
+        small = steps(conn)
+        add(conn, 1_001, 20_000)
+        targets(conn)
+        large = steps(conn)
+    finally:
+        conn.close()
+    assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
+
+
 @pytest.mark.parametrize("recovery", ["manual", "idempotent"])
 async def test_a_side_effects_result_is_on_disk_before_the_next_model_call(
     db: str, recovery: str, monkeypatch: pytest.MonkeyPatch

@@ -51,6 +51,9 @@ class Dialect:
     #: How a query names the partial index of waiting runs' timers where the planner, with no
     #: statistics, would read every waiting run through the status index instead.
     timers_index: str = ""
+    #: How a query names the index of a session's runs where the planner, with no statistics,
+    #: would pick the status index and read every run that has that status.
+    session_index: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -70,6 +73,7 @@ SQLITE = Dialect(
     on_conflict_ignore="",
     insertion_order="rowid",
     timers_index=" INDEXED BY stead_runs_timers",
+    session_index=" INDEXED BY stead_runs_session",
 )
 POSTGRES = Dialect(
     name="postgres",

@@ -84,7 +84,8 @@ class RunRows(SqlBase):
         pipelined transaction waits for the server once for both."""
         run = self.ask_run(run_id)
         previous = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs "
+            # Through the session's index: a store's completed runs are most of its runs.
+            f"SELECT {RUN_COLUMNS} FROM stead_runs{self.dialect.session_index} "
             "WHERE session_id = (SELECT session_id FROM stead_runs WHERE id = ?) "
             "AND number < (SELECT number FROM stead_runs WHERE id = ?) "
             "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
