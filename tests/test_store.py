@@ -300,9 +300,12 @@ async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_pa
     assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
 
 
-async def test_starting_a_run_reads_its_session_not_the_stores_history(tmp_path: object) -> None:
+async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history(
+    tmp_path: object,
+) -> None:
     """A run's start looks for its session's newest completed agent run (the history it
-    continues). However many runs of other sessions completed, that reads the session's runs
+    continues), and ``stead runs --session S --status completed`` lists a session's runs in one
+    status. However many runs of other sessions completed, both read the session's runs
     through the session's index, not every completed run through the status index, which is
     what the planner picks with no statistics: counted in SQLite VM steps, not timed."""
     from pathlib import Path
@@ -338,8 +341,16 @@ async def test_starting_a_run_reads_its_session_not_the_stores_history(tmp_path:
         conn.set_progress_handler(tick, 1)
         try:
             _, previous = tx.run_to_begin(run_id)
+            listed = tx.list_runs(
+                session_id="mine",
+                agent_id=None,
+                statuses=["completed"],
+                before_number=None,
+                limit=10,
+            )
         finally:
             conn.set_progress_handler(None, 1)
+        assert [run.id for run in listed] == ["t1"]
         return counted[0], previous
 
     def targets(conn: sqlite3.Connection) -> None:

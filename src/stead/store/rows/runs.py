@@ -238,8 +238,11 @@ class RunRows(SqlBase):
             clauses.append("number < ?")
             values.append(before_number)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        # A session's runs are few: asked for with a status too, they are read through the
+        # session's index, not through the status index (every run that has the status).
+        index = self.dialect.session_index if session_id is not None else ""
         rows = self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs {where} ORDER BY number DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM stead_runs{index} {where} ORDER BY number DESC LIMIT ?",
             (*values, limit),
         ).fetchall()
         return [run_of(row) for row in rows]
