@@ -269,6 +269,41 @@ async def test_the_owner_forgets_answers_its_callers_read_long_ago(db: str) -> N
     assert len(rows) == 1 and '"s2"' in rows[0][0]
 
 
+async def test_the_owner_looks_for_answers_to_forget_once_a_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding the answers to forget reads every answered row the inbox keeps (an hour of
+    them), so busy clients, each of whose commands makes the owner drain the inbox, do not make
+    it look each time: at opening, then at most once a minute."""
+    from stead.store.rows.inbox import InboxRows
+    from stead.testing import FakeClock
+
+    looks: list[object] = []
+    plain = InboxRows.forget_answered
+
+    def counted(self: InboxRows, before: Any) -> int:
+        looks.append(before)
+        return plain(self, before)
+
+    monkeypatch.setattr(InboxRows, "forget_answered", counted)
+    clock = FakeClock()
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["hi"]))
+    db = tmp_path / "busy.db"
+    async with (
+        await stead.App(agents=[agent]).open(stead.SqliteStore(db, clock=clock)),
+        stead.Client(stead.SqliteStore(db)) as client,
+    ):
+        assert len(looks) == 1  # opening
+        for n in range(3):  # each command is drained on its own
+            handle = await client.submit("a", session_id=f"s{n}", request_id="r", prompt="go")
+            assert (await handle.result(timeout=10)).output == "hi"
+        assert len(looks) == 1
+        clock.advance(seconds=61)
+        handle = await client.submit("a", session_id="later", request_id="r", prompt="go")
+        assert (await handle.result(timeout=10)).output == "hi"
+        assert len(looks) == 2
+
+
 async def test_opening_a_runtime_waits_for_no_lazy_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .._json import JSON
 from ..errors import SteadError, StorageError, ValidationError, described
@@ -31,6 +31,10 @@ INTERVAL = 0.2
 _BATCH = 100
 #: How long an answered command's row is kept for its caller to read the answer.
 KEEP_ANSWERS = timedelta(hours=1)
+#: How often the owner deletes the answers kept that long. Finding them reads every answered
+#: row (the inbox keeps an hour of them), which each round of commands from busy clients
+#: would otherwise pay.
+FORGET_EVERY = timedelta(minutes=1)
 
 
 class Inbox:
@@ -47,6 +51,7 @@ class Inbox:
         self._max_pending = max_pending
         self._applied = applied
         self._task: asyncio.Task[None] | None = None
+        self._forgot_at: datetime | None = None  # when answers were last forgotten
 
     def watch(self) -> None:
         if self._task is None:
@@ -73,13 +78,21 @@ class Inbox:
                 logger.exception("applying commands from the inbox failed; trying again")
 
     async def drain(self) -> None:
-        """Apply every posted command, oldest first; forget answers read long ago."""
-        horizon = self._store.clock.now() - KEEP_ANSWERS
-        # Lazy, and not waited for on its own: it commits with the read queued after it (a
-        # read sees every write queued before it) instead of on the lazy timer, which would
-        # keep opening a runtime waiting for nothing.
-        forgotten = self._store.transact(lambda tx: tx.forget_answered(horizon), durability="lazy")
-        posted, _ = await asyncio.gather(self._store.read(_posted), forgotten)
+        """Apply every posted command, oldest first; forget answers read long ago (at most
+        every :data:`FORGET_EVERY`)."""
+        now = self._store.clock.now()
+        if self._forgot_at is None or now - self._forgot_at >= FORGET_EVERY:
+            self._forgot_at = now
+            horizon = now - KEEP_ANSWERS
+            # Lazy, and not waited for on its own: it commits with the read queued after it (a
+            # read sees every write queued before it) instead of on the lazy timer, which would
+            # keep opening a runtime waiting for nothing.
+            forgotten = self._store.transact(
+                lambda tx: tx.forget_answered(horizon), durability="lazy"
+            )
+            posted, _ = await asyncio.gather(self._store.read(_posted), forgotten)
+        else:
+            posted = await self._store.read(_posted)
         while True:
             for command_id, data, _status, _answer in posted:
                 try:
