@@ -10,6 +10,7 @@ changes either side; afterwards workers on the schema continue the unfinished ru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -143,12 +144,18 @@ def _copy_locked(src: sqlite3.Connection, path: str, conn: Any, target: Postgres
             _check(src, conn, table, columns, order, path, target)
         src.execute("COMMIT")
         conn.execute("COMMIT")
-        return Copied(rows=rows, next_sequence=next_sequence)
     except BaseException:
         conn.execute("ROLLBACK")
         if src.in_transaction:
             src.execute("ROLLBACK")
         raise
+    # Statistics for the planner at once, not when autovacuum comes round: with none, it reads
+    # a session's runs through the status index (every completed run), as SQLite's does. The
+    # copy stands if the server refuses: autovacuum gathers them later.
+    with contextlib.suppress(Exception):
+        for table, _ in TABLES:
+            conn.execute(f"ANALYZE {table}")
+    return Copied(rows=rows, next_sequence=next_sequence)
 
 
 def _shared_columns(src: sqlite3.Connection, conn: Any, table: str) -> list[str]:
