@@ -391,6 +391,73 @@ async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history
     assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
 
 
+async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_one(
+    tmp_path: object,
+) -> None:
+    """Responding to an interaction asks whether the run waits for any other, and cancelling
+    a run cancels its pending ones. Where thousands of runs wait for people, both read the
+    run's own interactions, not every pending one through the status index (what the planner
+    picks with no statistics): counted in SQLite VM steps, not timed."""
+    from pathlib import Path
+
+    from stead._clock import SystemClock
+    from stead.store.sqlite.tx import SqliteTx
+
+    db = str(Path(str(tmp_path)) / "waiting.db")
+    async with await stead.App().open(stead.SqliteStore(db), resume=False):
+        pass
+    stamp = "'2026-01-01T00:00:00.000+00:00'"
+
+    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
+        """``count`` runs waiting, each for one pending approval."""
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+            "input, submission_digest, created_at, updated_at) "
+            "SELECT 'r' || x, 's' || x, 'r', 'agent', 'a', '1', 'waiting', '{}', 'd', "
+            f"{stamp}, {stamp} FROM g",
+            (first, first + count - 1),
+        )
+        conn.execute(
+            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+            "INSERT INTO stead_interactions (id, run_id, key, kind, status, digest, requested_at) "
+            f"SELECT 'i' || x, 'r' || x, 'approval:1', 'approval', 'pending', 'd', {stamp} "
+            "FROM g",
+            (first, first + count - 1),
+        )
+        conn.commit()
+
+    def steps(conn: sqlite3.Connection) -> int:
+        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
+        counted = [0]
+
+        def tick() -> int:
+            counted[0] += 1
+            return 0
+
+        conn.set_progress_handler(tick, 1)
+        try:
+            assert tx.pending_interactions("r1") == 1
+            conn.execute("SAVEPOINT look")
+            tx.cancel_interactions("r1")
+            assert tx.pending_interactions("r1") == 0
+            conn.execute("ROLLBACK TO look")
+            conn.execute("RELEASE look")
+        finally:
+            conn.set_progress_handler(None, 1)
+        return counted[0]
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        add(conn, 1, 1_000)
+        small = steps(conn)
+        add(conn, 1_001, 20_000)
+        large = steps(conn)
+    finally:
+        conn.close()
+    assert large < small + 200, (small, large)  # not proportional to the 21,000 waiting
+
+
 @pytest.mark.parametrize("recovery", ["manual", "idempotent"])
 async def test_a_side_effects_result_is_on_disk_before_the_next_model_call(
     db: str, recovery: str, monkeypatch: pytest.MonkeyPatch

@@ -54,6 +54,9 @@ class Dialect:
     #: How a query names the index of a session's runs where the planner, with no statistics,
     #: would pick the status index and read every run that has that status.
     session_index: str = ""
+    #: Put before a column to keep the planner from reading through that column's index, where
+    #: it would with no statistics and another index is far narrower (SQLite's unary plus).
+    unindexed: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -74,6 +77,7 @@ SQLITE = Dialect(
     insertion_order="rowid",
     timers_index=" INDEXED BY stead_runs_timers",
     session_index=" INDEXED BY stead_runs_session",
+    unindexed="+",
 )
 POSTGRES = Dialect(
     name="postgres",

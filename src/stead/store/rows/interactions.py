@@ -55,8 +55,10 @@ class InteractionRows(SqlBase):
     ) -> list[Interaction]:
         clauses: list[str] = []
         values: list[object] = []
+        # With a run named, its own interactions are read, not every one in the status.
+        unindexed = self.dialect.unindexed if run_id is not None else ""
         for column, value in (
-            ("i.status", status),
+            (f"{unindexed}i.status", status),
             ("r.session_id", session_id),
             ("i.run_id", run_id),
         ):
@@ -78,16 +80,20 @@ class InteractionRows(SqlBase):
             (dumps(response), self.stamp(), interaction_id),
         )
 
+    # A run's interactions are found through (run_id, key), not through the status index,
+    # which holds every run's pending ones (thousands, where thousands of runs wait).
+
     def cancel_interactions(self, run_id: str) -> None:
         self.execute(
             "UPDATE stead_interactions SET status = 'cancelled', responded_at = ? "
-            "WHERE run_id = ? AND status = 'pending'",
+            f"WHERE run_id = ? AND {self.dialect.unindexed}status = 'pending'",
             (self.stamp(), run_id),
         )
 
     def pending_interactions(self, run_id: str) -> int:
         row = self.execute(
-            "SELECT COUNT(*) FROM stead_interactions WHERE run_id = ? AND status = 'pending'",
+            "SELECT COUNT(*) FROM stead_interactions "
+            f"WHERE run_id = ? AND {self.dialect.unindexed}status = 'pending'",
             (run_id,),
         ).fetchone()
         return int(row[0])
