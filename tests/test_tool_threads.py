@@ -299,6 +299,30 @@ async def test_threads_still_run_calls_where_the_kernel_refuses_to_pin_them(
     assert _threads._cpu() is None
 
 
+@linux_affinity
+async def test_a_thread_is_woken_anywhere_when_the_kernel_cannot_say_where_the_loop_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``sched_getcpu`` fails with -1: nothing is pinned, and the calls go on."""
+    import os
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "_looked_up", True)
+    monkeypatch.setattr(_threads, "_getcpu", lambda: -1)
+    pins: list[int] = []
+    plain = os.sched_setaffinity
+
+    def recorded(pid: int, cpus: Any) -> None:
+        pins.append(pid)
+        plain(pid, cpus)
+
+    monkeypatch.setattr(os, "sched_setaffinity", recorded)
+    assert [await _threads.run_in_thread(lambda n=n: n) for n in range(3)] == [0, 1, 2]
+    assert pins == []
+
+
 async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() -> None:
     import asyncio
 

@@ -194,9 +194,12 @@ class Placement:
         getcpu = _cpu()
         if not self.tid or getcpu is None:
             return
+        cpu = getcpu()
+        if cpu < 0:  # the kernel could not say: wake it wherever
+            return
         try:
-            os.sched_setaffinity(self.tid, (getcpu(),))
-        except OSError:
+            os.sched_setaffinity(self.tid, (cpu,))
+        except (OSError, ValueError):
             _getcpu = None
         else:
             self.pinned = True
