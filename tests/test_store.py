@@ -248,56 +248,101 @@ async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> N
     assert large <= 2.5 * content, (large, content)
 
 
-async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_path: object) -> None:
-    """However many runs ended (or wait without a timer), the scheduler's query reads only the
-    candidates, through their indexes: counted in SQLite VM steps, not timed."""
+# -- reads that must not grow with the store's history: counted in SQLite VM steps ----------
+
+_STAMP = "'2026-01-01T00:00:00.000+00:00'"
+
+
+async def _schema_only(tmp_path: object, name: str) -> str:
+    """A new store file holding the schema and no run."""
     from pathlib import Path
 
+    db = str(Path(str(tmp_path)) / name)
+    async with await stead.App().open(stead.SqliteStore(db), resume=False):
+        pass
+    return db
+
+
+def _add_runs(
+    conn: sqlite3.Connection,
+    first: int,
+    count: int,
+    *,
+    kind: str = "agent",
+    status: str = "'completed'",
+    next_attempt_at: str = "NULL",
+) -> None:
+    """Runs ``r<first>``... of sessions ``s<first>``..., one each (``status`` and
+    ``next_attempt_at`` are SQL over ``x``, the run's number in the series)."""
+    conn.execute(
+        "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
+        "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+        "input, submission_digest, created_at, updated_at, next_attempt_at) "
+        f"SELECT 'r' || x, 's' || x, 'r' || x, '{kind}', 'a', '1', {status}, "
+        f"'{{\"prompt\":\"go\"}}', 'd', {_STAMP}, {_STAMP}, {next_attempt_at} FROM g",
+        (first, first + count - 1),
+    )
+    conn.commit()
+
+
+def _vm_steps(conn: sqlite3.Connection, read: Any) -> int:
+    """SQLite VM steps of ``read(tx)`` on a read-only transaction of ``conn``."""
     from stead._clock import SystemClock
     from stead.store.sqlite.tx import SqliteTx
 
-    db = str(Path(str(tmp_path)) / "history.db")
-    async with await stead.App().open(stead.SqliteStore(db), resume=False):
-        pass
+    tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
+    counted = [0]
 
-    def steps(conn: sqlite3.Connection) -> int:
-        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
-        counted = [0]
+    def tick() -> int:
+        counted[0] += 1
+        return 0
 
-        def tick() -> int:
-            counted[0] += 1
-            return 0
-
-        conn.set_progress_handler(tick, 1)
-        try:
-            tx.runnable(8, [])
-            tx.next_wakeup()
-        finally:
-            conn.set_progress_handler(None, 1)
-        return counted[0]
-
-    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
-        conn.execute(
-            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
-            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
-            "input, submission_digest, created_at, updated_at, next_attempt_at) "
-            "SELECT 'r' || x, 's' || x, 'r', 'task', 't', '1', "
-            "CASE WHEN x % 2 = 0 THEN 'waiting' ELSE 'completed' END, '{}', 'd', "
-            "'2026-01-01T00:00:00.000+00:00', '2026-01-01T00:00:00.000+00:00', "
-            "CASE WHEN x % 4 = 0 THEN '2999-01-01T00:00:00.000+00:00' END FROM g",
-            (first, first + count - 1),
-        )
-        conn.commit()
-
-    conn = sqlite3.connect(db)
+    conn.set_progress_handler(tick, 1)
     try:
-        add(conn, 1, 1_000)
-        small = steps(conn)
-        add(conn, 1_001, 20_000)
-        large = steps(conn)
+        read(tx)
+    finally:
+        conn.set_progress_handler(None, 1)
+    return counted[0]
+
+
+def _steps_stay_flat(
+    db: str, add: Any, read: Any, *, then: Any = None, autocommit: bool = False
+) -> None:
+    """``read(tx)`` takes about as many VM steps after ``add`` made 21,000 rows as after it
+    made 1,000 (``then(conn)`` runs after each ``add``)."""
+    conn = sqlite3.connect(db, isolation_level=None) if autocommit else sqlite3.connect(db)
+    counts: list[int] = []
+    try:
+        for first, count in ((1, 1_000), (1_001, 20_000)):
+            add(conn, first, count)
+            if then is not None:
+                then(conn)
+            counts.append(_vm_steps(conn, read))
     finally:
         conn.close()
-    assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
+    small, large = counts
+    assert large < small + 200, (small, large)  # not proportional to the 21,000 rows
+
+
+async def test_finding_runnable_runs_reads_the_candidates_not_the_history(tmp_path: object) -> None:
+    """However many runs ended (or wait without a timer), the scheduler's query reads only the
+    candidates, through their indexes: counted in SQLite VM steps, not timed."""
+
+    def look(tx: Any) -> None:
+        tx.runnable(8, [])
+        tx.next_wakeup()
+
+    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
+        _add_runs(
+            conn,
+            first,
+            count,
+            kind="task",
+            status="CASE WHEN x % 2 = 0 THEN 'waiting' ELSE 'completed' END",
+            next_attempt_at="CASE WHEN x % 4 = 0 THEN '2999-01-01T00:00:00.000+00:00' END",
+        )
+
+    _steps_stay_flat(await _schema_only(tmp_path, "history.db"), add, look)
 
 
 async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history(
@@ -308,50 +353,6 @@ async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history
     status. However many runs of other sessions completed, both read the session's runs
     through the session's index, not every completed run through the status index, which is
     what the planner picks with no statistics: counted in SQLite VM steps, not timed."""
-    from pathlib import Path
-
-    from stead._clock import SystemClock
-    from stead.store.sqlite.tx import SqliteTx
-
-    db = str(Path(str(tmp_path)) / "history.db")
-    async with await stead.App().open(stead.SqliteStore(db), resume=False):
-        pass
-    stamp = "'2026-01-01T00:00:00.000+00:00'"
-
-    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
-        """``count`` completed agent runs, each of a session of its own."""
-        conn.execute(
-            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
-            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
-            "input, submission_digest, created_at, updated_at) "
-            "SELECT 'r' || x, 's' || x, 'r' || x, 'agent', 'a', '1', 'completed', "
-            f"'{{\"prompt\":\"go\"}}', 'd', {stamp}, {stamp} FROM g",
-            (first, first + count - 1),
-        )
-        conn.commit()
-
-    def begin_steps(conn: sqlite3.Connection, run_id: str) -> tuple[int, object]:
-        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
-        counted = [0]
-
-        def tick() -> int:
-            counted[0] += 1
-            return 0
-
-        conn.set_progress_handler(tick, 1)
-        try:
-            _, previous = tx.run_to_begin(run_id)
-            listed = tx.list_runs(
-                session_id="mine",
-                agent_id=None,
-                statuses=["completed"],
-                before_number=None,
-                limit=10,
-            )
-        finally:
-            conn.set_progress_handler(None, 1)
-        assert [run.id for run in listed] == ["t1"]
-        return counted[0], previous
 
     def targets(conn: sqlite3.Connection) -> None:
         """After every other run: a session's history and two runs to begin, one continuing
@@ -365,30 +366,22 @@ async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history
             conn.execute(
                 "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, "
                 "status, input, submission_digest, created_at, updated_at) "
-                f"VALUES (?, ?, ?, 'agent', 'a', '1', ?, '{{}}', 'd', {stamp}, {stamp})",
+                f"VALUES (?, ?, ?, 'agent', 'a', '1', ?, '{{}}', 'd', {_STAMP}, {_STAMP})",
                 (run_id, session, run_id, status),
             )
         conn.commit()
 
-    def steps(conn: sqlite3.Connection) -> int:
-        total = 0
+    def begin_both(tx: Any) -> None:
         for run_id, history in (("t2", "t1"), ("t3", None)):
-            counted, previous = begin_steps(conn, run_id)
+            _, previous = tx.run_to_begin(run_id)
             assert getattr(previous, "id", None) == history
-            total += counted
-        return total
+        listed = tx.list_runs(
+            session_id="mine", agent_id=None, statuses=["completed"], before_number=None, limit=10
+        )
+        assert [run.id for run in listed] == ["t1"]
 
-    conn = sqlite3.connect(db)
-    try:
-        add(conn, 1, 1_000)
-        targets(conn)
-        small = steps(conn)
-        add(conn, 1_001, 20_000)
-        targets(conn)
-        large = steps(conn)
-    finally:
-        conn.close()
-    assert large < small + 200, (small, large)  # not proportional to the 21,000 runs
+    db = await _schema_only(tmp_path, "history.db")
+    _steps_stay_flat(db, _add_runs, begin_both, then=targets)
 
 
 async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_one(
@@ -398,64 +391,29 @@ async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_
     a run cancels its pending ones. Where thousands of runs wait for people, both read the
     run's own interactions, not every pending one through the status index (what the planner
     picks with no statistics): counted in SQLite VM steps, not timed."""
-    from pathlib import Path
-
-    from stead._clock import SystemClock
-    from stead.store.sqlite.tx import SqliteTx
-
-    db = str(Path(str(tmp_path)) / "waiting.db")
-    async with await stead.App().open(stead.SqliteStore(db), resume=False):
-        pass
-    stamp = "'2026-01-01T00:00:00.000+00:00'"
 
     def add(conn: sqlite3.Connection, first: int, count: int) -> None:
         """``count`` runs waiting, each for one pending approval."""
-        conn.execute(
-            "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
-            "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
-            "input, submission_digest, created_at, updated_at) "
-            "SELECT 'r' || x, 's' || x, 'r', 'agent', 'a', '1', 'waiting', '{}', 'd', "
-            f"{stamp}, {stamp} FROM g",
-            (first, first + count - 1),
-        )
+        _add_runs(conn, first, count, status="'waiting'")
         conn.execute(
             "WITH RECURSIVE g(x) AS (SELECT ? UNION ALL SELECT x + 1 FROM g WHERE x < ?) "
             "INSERT INTO stead_interactions (id, run_id, key, kind, status, digest, requested_at) "
-            f"SELECT 'i' || x, 'r' || x, 'approval:1', 'approval', 'pending', 'd', {stamp} "
+            f"SELECT 'i' || x, 'r' || x, 'approval:1', 'approval', 'pending', 'd', {_STAMP} "
             "FROM g",
             (first, first + count - 1),
         )
         conn.commit()
 
-    def steps(conn: sqlite3.Connection) -> int:
-        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
-        counted = [0]
+    def count_and_cancel(tx: Any) -> None:
+        assert tx.pending_interactions("r1") == 1
+        tx.execute("SAVEPOINT look")
+        tx.cancel_interactions("r1")
+        assert tx.pending_interactions("r1") == 0
+        tx.execute("ROLLBACK TO look")
+        tx.execute("RELEASE look")
 
-        def tick() -> int:
-            counted[0] += 1
-            return 0
-
-        conn.set_progress_handler(tick, 1)
-        try:
-            assert tx.pending_interactions("r1") == 1
-            conn.execute("SAVEPOINT look")
-            tx.cancel_interactions("r1")
-            assert tx.pending_interactions("r1") == 0
-            conn.execute("ROLLBACK TO look")
-            conn.execute("RELEASE look")
-        finally:
-            conn.set_progress_handler(None, 1)
-        return counted[0]
-
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        add(conn, 1, 1_000)
-        small = steps(conn)
-        add(conn, 1_001, 20_000)
-        large = steps(conn)
-    finally:
-        conn.close()
-    assert large < small + 200, (small, large)  # not proportional to the 21,000 waiting
+    db = await _schema_only(tmp_path, "waiting.db")
+    _steps_stay_flat(db, add, count_and_cancel, autocommit=True)
 
 
 @pytest.mark.parametrize("recovery", ["manual", "idempotent"])
