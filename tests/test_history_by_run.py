@@ -102,3 +102,33 @@ async def test_a_session_recorded_by_schema_3_continues(tmp_path: Path) -> None:
             messages = (await follow.snapshot()).checkpoint.messages
             assert list(messages[: len(earlier)]) == list(earlier)
             assert messages[len(earlier)] == stead.UserMessage("Thanks.")
+
+
+_AWKWARD = [
+    "",
+    "plain",
+    'quote " and backslash \\ and slash /',
+    "line\nbreak\ttab\r\x00\x1f\x7f",
+    "accents é ü, CJK 漢字, emoji 🧪",
+    "half of an emoji \ud83e",
+    "\u2028\u2029",
+]
+
+
+def test_texts_written_around_their_strings_are_the_canonical_json() -> None:
+    """A tool result's message body and what a tool operation keeps of its input are written
+    around their strings instead of encoded; they must be byte for byte what the encoder gives
+    (the body's digest links the conversation's history chain)."""
+    from stead._json import canonical
+    from stead.agent.history import tool_result_body
+    from stead.agent.loop import stored_tool_input
+    from stead.messages import ToolResultMessage, message_to_json
+
+    for text in _AWKWARD:
+        for other in ("c1", text):
+            assert stored_tool_input(text, other) == canonical({"tool": text, "call_id": other})
+            for failed in (False, True):
+                message = ToolResultMessage(
+                    call_id=other, name=text, content=text + other, is_error=failed
+                )
+                assert tool_result_body(message) == canonical(message_to_json(message))

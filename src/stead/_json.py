@@ -48,6 +48,11 @@ _dumps = _encoder(sort_keys=False)
 _canonical = _encoder(sort_keys=True)
 
 
+#: The JSON text of a string, exactly as both encoders write it (text kept as it is): for
+#: canonical text built around a few strings without encoding a whole object.
+text_json: Callable[[str], str] = json.encoder.encode_basestring
+
+
 class NotJSONError(TypeError):
     """A value cannot be represented as JSON."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._json import JSON, canonical, digest_text, dumps, loads
+from .._json import JSON, canonical, digest_text, dumps, loads, text_json
 from ..journal.keys import history_node, model_turn, tool_key
 from ..journal.protocol import Tx
 from ..journal.records import Operation, Run
@@ -35,6 +35,7 @@ __all__ = [
     "conversation",
     "own_messages",
     "session_history",
+    "tool_result_body",
     "tool_result_message",
 ]
 
@@ -47,6 +48,16 @@ def tool_result_message(call: ToolCall, result: JSON) -> ToolResultMessage:
         name=call.name,
         content=output if isinstance(output, str) else dumps(output),
         is_error=bool(result["failed"]),
+    )
+
+
+def tool_result_body(message: ToolResultMessage) -> str:
+    """``canonical(message_to_json(message))``, written around its strings (no encoder run:
+    one a tool call, at every turn)."""
+    return (
+        f'{{"call_id":{text_json(message.call_id)},"content":{text_json(message.content)},'
+        f'"is_error":{"true" if message.is_error else "false"},"kind":"tool_result",'
+        f'"name":{text_json(message.name)}}}'
     )
 
 

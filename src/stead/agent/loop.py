@@ -28,6 +28,7 @@ from .._json import (
     loads,
     storable_pairs,
     storable_text,
+    text_json,
     to_json,
 )
 from ..errors import LeaseLostError, ModelError, described, shown
@@ -50,7 +51,7 @@ from ..runtime.context import RunContext
 from ..runtime.control import Failed, Handoff, NeedsAttention, RetryLater, Stop, Waiting
 from .agent import Agent
 from .conversation import Conversation
-from .history import tool_result_message
+from .history import tool_result_body, tool_result_message
 from .interactions import ApprovalRequired
 from .policies import RetryPolicy
 from .streaming import stream_response
@@ -189,7 +190,8 @@ async def run_agent_loop(
             if isinstance(outcome, BaseException):
                 stops.append(outcome)
                 continue
-            conversation.append(tool_result_message(call, outcome))
+            message = tool_result_message(call, outcome)
+            conversation.append(message, body=tool_result_body(message))
         if stops:
             raise _first_stop(stops)
 
@@ -645,6 +647,7 @@ async def _journal_tool(
         # The arguments are in the model's message already: the journal keeps them there once
         # (the input hash still covers them).
         stored={"tool": call.name, "call_id": call_id},
+        stored_text=stored_tool_input(call.name, call_id),
         describe=f" (tool {call.name!r})",
         max_attempts=max_attempts,
         # What the loop does next outside memory is its next model call, whose intent shares
@@ -652,6 +655,12 @@ async def _journal_tool(
         settle=False,
     )
     return result
+
+
+def stored_tool_input(name: str, call_id: str) -> str:
+    """``canonical({"tool": name, "call_id": call_id})``, what a tool operation keeps of its
+    input, written around its two strings (no encoder run: one a tool call)."""
+    return f'{{"call_id":{text_json(call_id)},"tool":{text_json(name)}}}'
 
 
 def _validation_message(exc: pydantic.ValidationError) -> str:

@@ -150,6 +150,7 @@ class RunContext:
         describe: str = "",
         max_attempts: int = 3,
         stored: JSON | None = None,
+        stored_text: str | None = None,
         settle: bool = True,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
@@ -161,7 +162,8 @@ class RunContext:
         ``max_attempts`` bounds how often an interrupted operation is started again: an
         operation that keeps killing the process is not sent once more. ``stored`` is what the
         journal keeps of the input when part of it is journaled elsewhere already (default: all
-        of it); the input hash that replay compares always covers the whole input.
+        of it), and ``stored_text`` its canonical JSON when the caller has it; the input hash
+        that replay compares always covers the whole input.
 
         A non-``safe`` operation's result is on disk before this returns, unless ``settle`` is
         False: then it returns once the result is queued, and the run's next effect, and every
@@ -205,7 +207,8 @@ class RunContext:
             self._check_size(key, "input", input_text)
             kept = input
             if stored is not None:
-                kept, input_text = stored, canonical(stored)
+                kept = stored
+                input_text = canonical(stored) if stored_text is None else stored_text
             fresh = functools.partial(
                 transitions.start_operation,
                 run_id=run_id,
