@@ -116,15 +116,21 @@ _AWKWARD = [
 
 
 def test_texts_written_around_their_strings_are_the_canonical_json() -> None:
-    """A tool result's message body and what a tool operation keeps of its input are written
-    around their strings instead of encoded; they must be byte for byte what the encoder gives
-    (the body's digest links the conversation's history chain)."""
+    """A model call's input, a tool result's message body and what a tool operation keeps of
+    its input are written around their strings instead of encoded; they must be byte for byte
+    what the encoder gives (the input's digest is what replay compares, the body's links the
+    conversation's history chain)."""
     from stead._json import canonical
     from stead.agent.history import tool_result_body
-    from stead.agent.loop import stored_tool_input
+    from stead.agent.loop import model_input, stored_tool_input
     from stead.messages import ToolResultMessage, message_to_json
 
     for text in _AWKWARD:
+        for head in (None, text):
+            for length, turn in ((0, 1), (7, 12), (10**12, 3)):
+                messages = {"head": head, "length": length}
+                written = {"model": text, "context": "ab" * 32, "messages": messages, "turn": turn}
+                assert model_input(text, "ab" * 32, messages, turn) == canonical(written)
         for other in ("c1", text):
             assert stored_tool_input(text, other) == canonical({"tool": text, "call_id": other})
             for failed in (False, True):

@@ -140,16 +140,12 @@ async def run_agent_loop(
             context_written = True
         fresh: list[AssistantMessage] = []
         bodies: list[str] = []
+        reference = conversation.reference()
         result = await ctx.operation(
             key,
             "model",
             "safe",
-            {
-                "model": name,
-                "context": context_digest,
-                "messages": conversation.reference(),
-                "turn": turn,
-            },
+            {"model": name, "context": context_digest, "messages": reference, "turn": turn},
             functools.partial(
                 _call_model,
                 agent,
@@ -162,6 +158,7 @@ async def run_agent_loop(
                 ctx,
                 state,
             ),
+            input_text=model_input(name, context_digest, reference, turn),
             before=before,
             after=functools.partial(_model_writes, state),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
@@ -655,6 +652,18 @@ async def _journal_tool(
         settle=False,
     )
     return result
+
+
+def model_input(name: str, context: str, messages: dict[str, Any], turn: int) -> str:
+    """``canonical`` of a model call's input (``{"model", "context", "messages", "turn"}``,
+    ``messages`` a conversation's reference), written around its strings and numbers: it is
+    hashed for replay, so it must be byte for byte the encoder's."""
+    head = messages["head"]
+    return (
+        f'{{"context":{text_json(context)},"messages":{{"head":'
+        f'{"null" if head is None else text_json(head)},"length":{int(messages["length"])}}},'
+        f'"model":{text_json(name)},"turn":{int(turn)}}}'
+    )
 
 
 def stored_tool_input(name: str, call_id: str) -> str:

@@ -149,6 +149,7 @@ class RunContext:
         after: Callable[[JSON], Writes] | None = None,
         describe: str = "",
         max_attempts: int = 3,
+        input_text: str | None = None,
         stored: JSON | None = None,
         stored_text: str | None = None,
         settle: bool = True,
@@ -162,8 +163,9 @@ class RunContext:
         ``max_attempts`` bounds how often an interrupted operation is started again: an
         operation that keeps killing the process is not sent once more. ``stored`` is what the
         journal keeps of the input when part of it is journaled elsewhere already (default: all
-        of it), and ``stored_text`` its canonical JSON when the caller has it; the input hash
-        that replay compares always covers the whole input.
+        of it), and ``stored_text`` its canonical JSON when the caller has it (``input_text``
+        likewise for the input); the input hash that replay compares always covers the whole
+        input.
 
         A non-``safe`` operation's result is on disk before this returns, unless ``settle`` is
         False: then it returns once the result is queued, and the run's next effect, and every
@@ -172,7 +174,7 @@ class RunContext:
         loop: its next model call), so the result and the next intent share one commit.
         """
         run_id = self.run.id
-        input_text, input_hash = self._use_key(key, kind, input)
+        input_text, input_hash = self._use_key(key, kind, input, input_text)
         op = self.operations.get(key)
         if op is not None:
             replayed = self._replay(op, kind, input_hash, describe, max_attempts)
@@ -287,11 +289,13 @@ class RunContext:
             boundaries.hook("result_committed", key)
         return result
 
-    def _use_key(self, key: str, kind: str, input: JSON) -> tuple[str, str]:
-        """Take ``key`` for this execution; returns the input's canonical text and the hash
-        replay compares. One encoding serves the hash, the size check and storage: the hash
-        is the digest of {"input": ..., "kind": ...} in canonical form, written out around the
-        input's text."""
+    def _use_key(
+        self, key: str, kind: str, input: JSON, input_text: str | None = None
+    ) -> tuple[str, str]:
+        """Take ``key`` for this execution; returns the input's canonical text (``input_text``
+        when the caller has it) and the hash replay compares. One encoding serves the hash,
+        the size check and storage: the hash is the digest of {"input": ..., "kind": ...} in
+        canonical form, written out around the input's text."""
         if key in self._keys:
             raise NeedsAttention(
                 f"operation key {key} was used twice in one execution of run {self.run.id}; "
@@ -299,7 +303,8 @@ class RunContext:
                 operation=key,
             )
         self._keys.add(key)
-        input_text = canonical(input)
+        if input_text is None:
+            input_text = canonical(input)
         return input_text, digest_text(f'{{"input":{input_text},"kind":{_kind_text(kind)}}}')
 
     def _check_room(self, key: str) -> None:
