@@ -384,6 +384,53 @@ async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history
     _steps_stay_flat(db, _add_runs, begin_both, then=targets)
 
 
+async def test_listing_runs_in_several_statuses_reads_a_page_not_every_finished_run(
+    tmp_path: object,
+) -> None:
+    """``stead runs list --status completed,failed`` pages through the newest runs in those
+    statuses. SQLite reads each status's newest runs through the status index and stops once
+    no more can make the page (its plan says it sorts, but it ends early): counted in VM
+    steps, not timed; and the page is the one the statuses' runs, newest first, begin with
+    (also after a cursor)."""
+    statuses = ["completed", "failed"]
+
+    def add(conn: sqlite3.Connection, first: int, count: int) -> None:
+        _add_runs(
+            conn,
+            first,
+            count,
+            status="CASE x % 3 WHEN 0 THEN 'completed' WHEN 1 THEN 'failed' ELSE 'waiting' END",
+        )
+
+    def page(tx: Any, before: int | None = None) -> list[int]:
+        runs = tx.list_runs(
+            session_id=None, agent_id=None, statuses=statuses, before_number=before, limit=10
+        )
+        return [run.number for run in runs]
+
+    db = await _schema_only(tmp_path, "finished.db")
+    _steps_stay_flat(db, add, page)
+
+    from stead._clock import SystemClock
+    from stead.store.sqlite.tx import SqliteTx
+
+    conn = sqlite3.connect(db)
+    try:
+        tx = SqliteTx(conn, SystemClock(), 0, False, read_only=True)
+        every = [
+            number
+            for number, status in conn.execute(
+                "SELECT number, status FROM stead_runs ORDER BY number DESC"
+            )
+            if status in statuses
+        ]
+        assert page(tx) == every[:10]
+        assert page(tx, every[9]) == every[10:20]
+        assert page(tx, every[-3]) == every[-2:]
+    finally:
+        conn.close()
+
+
 async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_one(
     tmp_path: object,
 ) -> None:
