@@ -434,10 +434,11 @@ async def test_listing_runs_in_several_statuses_reads_a_page_not_every_finished_
 async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_one(
     tmp_path: object,
 ) -> None:
-    """Responding to an interaction asks whether the run waits for any other, and cancelling
-    a run cancels its pending ones. Where thousands of runs wait for people, both read the
-    run's own interactions, not every pending one through the status index (what the planner
-    picks with no statistics): counted in SQLite VM steps, not timed."""
+    """Responding to an interaction asks whether the run waits for any other, cancelling a run
+    cancels its pending ones, and ``stead interactions list --session S --status pending``
+    lists a session's. Where thousands of runs wait for people, each reads the run's (or the
+    session's) own interactions, not every pending one through the status index (what the
+    planner picks with no statistics): counted in SQLite VM steps, not timed."""
 
     def add(conn: sqlite3.Connection, first: int, count: int) -> None:
         """``count`` runs waiting, each for one pending approval."""
@@ -453,6 +454,8 @@ async def test_a_runs_interactions_are_read_through_its_index_not_every_pending_
 
     def count_and_cancel(tx: Any) -> None:
         assert tx.pending_interactions("r1") == 1
+        listed = tx.list_interactions(status="pending", session_id="s1", run_id=None, limit=10)
+        assert [i.interaction_id for i in listed] == ["i1"]
         tx.execute("SAVEPOINT look")
         tx.cancel_interactions("r1")
         assert tx.pending_interactions("r1") == 0

@@ -55,8 +55,10 @@ class InteractionRows(SqlBase):
     ) -> list[Interaction]:
         clauses: list[str] = []
         values: list[object] = []
-        # With a run named, its own interactions are read, not every one in the status.
-        unindexed = self.dialect.unindexed if run_id is not None else ""
+        # With a run or a session named, its own interactions are read (through the run's, or
+        # the session's runs), not every one in the status.
+        narrow = run_id is not None or session_id is not None
+        unindexed = self.dialect.unindexed if narrow else ""
         for column, value in (
             (f"{unindexed}i.status", status),
             ("r.session_id", session_id),
