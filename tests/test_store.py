@@ -195,6 +195,54 @@ async def test_concurrent_runs_share_commits(db: str, fsync: str) -> None:
     assert commits < events / 2
 
 
+async def test_a_run_submitted_with_room_begins_in_its_submissions_commit(db: str) -> None:
+    """A new run at its session's head, submitted while the runtime has room, begins its
+    execution in the transaction that inserts it: one commit (and, with fsync="always", one
+    fsync) from the submission to the first step. A run queued behind its session, or
+    submitted while the runtime is full, is begun later by the scheduler, in its own."""
+    gate = asyncio.Event()
+
+    @stead.tool(recovery="safe", blocking=False)
+    async def hold() -> str:
+        """Wait for the test."""
+        await gate.wait()
+        return "held"
+
+    model = ScriptedModel([[stead.ToolCall(name="hold", arguments={}, id="c1")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[hold])])
+    store = stead.SqliteStore(db)
+    commits: list[list[tuple[str, str]]] = []
+    async with await app.open(store, max_concurrent_runs=1) as runtime:
+        original = store.commit
+
+        def recording(tx):  # type: ignore[no-untyped-def]
+            events, durable = original(tx)
+            commits.append(
+                [
+                    (e.run_id, str(e.data["status"]) if e.kind == "status" else e.kind)
+                    for e in events
+                ]
+            )
+            return events, durable
+
+        store.commit = recording  # type: ignore[method-assign]
+        first = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
+        queued = await runtime.submit(
+            "a", session_id="s1", request_id="r2", prompt="go", enqueue=True
+        )
+        full = await runtime.submit("a", session_id="s2", request_id="r", prompt="go")
+        gate.set()
+        for run in (first, queued, full):
+            assert (await run.result()).output == "done"
+    with_submission = {
+        run_id: batch for batch in commits for run_id, kind in batch if kind == "submitted"
+    }
+    assert (first.id, "running") in with_submission[first.id]
+    for later in (queued, full):
+        assert (later.id, "running") not in with_submission[later.id]
+        assert any((later.id, "running") in batch for batch in commits)
+
+
 async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> None:
     """Each message is stored once: 100 turns cost about twice 50 turns, and the file stays
     within a small factor of the unique content (benchmarks/scale.py prints the ratio)."""

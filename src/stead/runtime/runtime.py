@@ -312,16 +312,25 @@ class Runtime(Client):
             else:
                 self._applied(command, answer)
             return answer
-        answer = await self.store.transact(
+        starts = (
+            isinstance(command, Submit | SubmitTask | Fork)
+            and self._resumed
+            and self._scheduler.has_room()
+        )
+        answer, begun = await self.store.transact(
             functools.partial(
-                transitions.apply,
+                _apply_and_begin,
                 command=command,
                 version_of=self.app.version_of,
                 max_pending=self.limits.max_pending_runs,
+                begin=self._executor.begin if starts else None,
             ),
             durability="barrier",
         )
-        self._applied(command, answer)
+        if begun is not None:
+            self._accepted(begun.run.id, True, Claim(begun.run.id), begun)
+        else:
+            self._applied(command, answer)
         return answer
 
     def _applied(self, command: Command, answer: JSON) -> None:
@@ -367,3 +376,19 @@ class Runtime(Client):
         )
         while len(self._outcomes) > _OUTCOME_CACHE:
             self._outcomes.pop(next(iter(self._outcomes)))
+
+
+def _apply_and_begin(
+    tx: Tx,
+    command: Command,
+    version_of: transitions.VersionOf,
+    max_pending: int | None,
+    begin: Callable[[Tx, str], transitions.Begun | None] | None,
+) -> tuple[JSON, transitions.Begun | None]:
+    """Apply ``command``; with ``begin``, a run it inserted ready to start (at its session's
+    head) begins its execution in the same transaction: one commit takes a new run from its
+    submission to its first step, as a shared store's claim does."""
+    answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
+    if begin is None or not isinstance(answer, dict) or not answer["ready"]:
+        return answer, None
+    return answer, begin(tx, str(answer["run_id"]))
