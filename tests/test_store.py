@@ -243,6 +243,35 @@ async def test_a_run_submitted_with_room_begins_in_its_submissions_commit(db: st
         assert any((later.id, "running") in batch for batch in commits)
 
 
+async def test_a_submitted_run_begins_without_reading_its_empty_journal(db: str) -> None:
+    """The transaction that inserts a run and begins it knows the run has no operations or
+    interactions yet, so it does not select them; a fork, which copies its source's
+    operations, does (test_control's fork test checks that it reuses them)."""
+    model = ScriptedModel(["done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model)])
+    store = stead.SqliteStore(db)
+    transactions: list[list[str]] = [[]]
+
+    def trace(statement: str) -> None:
+        transactions[-1].append(statement)
+        if statement.startswith(("COMMIT", "ROLLBACK")):
+            transactions.append([])
+
+    async with await app.open(store) as runtime:
+        store._conn.set_trace_callback(trace)  # type: ignore[union-attr]
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+        store._conn.set_trace_callback(None)  # type: ignore[union-attr]
+    (submission,) = [t for t in transactions if any("INSERT INTO stead_runs" in s for s in t)]
+    assert any("UPDATE stead_runs SET" in s and "'running'" in s for s in submission)
+    journal_reads = [
+        s
+        for s in submission
+        if s.startswith("SELECT") and ("stead_operations" in s or "stead_interactions" in s)
+    ]
+    assert journal_reads == []
+
+
 async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> None:
     """Each message is stored once: 100 turns cost about twice 50 turns, and the file stays
     within a small factor of the unique content (benchmarks/scale.py prints the ratio)."""

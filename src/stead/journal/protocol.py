@@ -281,12 +281,13 @@ class SharedStore(OwnedStore, Protocol):
         max_pending: int | None,
         *,
         claim: bool = False,
-        begin: Callable[[Any, str], Begun | None] | None = None,
+        begin: Callable[[Any, str, bool], Begun | None] | None = None,
     ) -> tuple[JSON, Claim | None, Begun | None]:
         """Apply ``command`` in place; with ``claim``, a run it submits at its session's head
         is claimed for this runtime at once (its claim returned), and with ``begin`` too,
-        ``begin(tx, run_id)`` starts its execution in the same transaction (what it returns
-        is returned)."""
+        ``begin(tx, run_id, fresh)`` starts its execution in the same transaction (what it
+        returns is returned; ``fresh``: the command inserted the run and wrote nothing else
+        of it, as a submission does and a fork, which copies operations, does not)."""
         ...
 
 

@@ -53,16 +53,18 @@ class Executor:
         #: then shares its commit.
         self._on_ending = on_ending
 
-    def begin(self, tx: Tx, run_id: str) -> transitions.Begun | None:
+    def begin(self, tx: Tx, run_id: str, fresh: bool = False) -> transitions.Begun | None:
         """Begin executing ``run_id`` in ``tx`` (the transition an execution starts with; a
         store may run it in the transaction that claimed the run): the run and its journal,
-        or None if it is not to be executed."""
+        or None if it is not to be executed. ``fresh``: ``tx`` inserted the run and wrote
+        nothing else of it (a submission's), so its journal is empty and is not read."""
         registry = self._registry
         return transitions.begin(
             tx,
             run_id,
             registered=lambda run: registry.definition(run) is not None,
             migration=registry.migration,
+            fresh=fresh,
         )
 
     async def execute(self, claim: Claim, begun: transitions.Begun | None = None) -> bool:

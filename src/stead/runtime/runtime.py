@@ -383,12 +383,13 @@ def _apply_and_begin(
     command: Command,
     version_of: transitions.VersionOf,
     max_pending: int | None,
-    begin: Callable[[Tx, str], transitions.Begun | None] | None,
+    begin: Callable[[Tx, str, bool], transitions.Begun | None] | None,
 ) -> tuple[JSON, transitions.Begun | None]:
     """Apply ``command``; with ``begin``, a run it inserted ready to start (at its session's
     head) begins its execution in the same transaction: one commit takes a new run from its
-    submission to its first step, as a shared store's claim does."""
+    submission to its first step, as a shared store's claim does. A submitted run's journal
+    is empty and is not read; a fork's holds the operations it copied."""
     answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
     if begin is None or not isinstance(answer, dict) or not answer["ready"]:
         return answer, None
-    return answer, begin(tx, str(answer["run_id"]))
+    return answer, begin(tx, str(answer["run_id"]), isinstance(command, Submit | SubmitTask))

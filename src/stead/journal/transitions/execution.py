@@ -50,11 +50,15 @@ def begin(
     run_id: str,
     registered: Callable[[Run], bool],
     migration: Callable[[Run], tuple[str, JSON] | None] | None = None,
+    *,
+    fresh: bool = False,
 ) -> Begun | None:
     """Claim a runnable run for execution (``running``) and read its journal; ``None`` if it
     is not runnable. A run whose definition is not ``registered`` is re-pinned to the version
     and input ``migration`` gives it (a task's ``migrate``), or else goes to needs_attention
-    (with the reason a migration refused it)."""
+    (with the reason a migration refused it). ``fresh``: this transaction inserted the run and
+    wrote nothing else of it (a submission, not a fork, which copies operations), so it has no
+    operations or interactions to read."""
     current, previous = tx.run_to_begin(run_id)
     if current is None:
         return None
@@ -107,7 +111,12 @@ def begin(
             migrated_from=migrated_from,
         ),
     )
-    run, operations, interactions = tx.run_journal(run_id)
+    operations: list[Operation] = []
+    interactions: list[Interaction] = []
+    if fresh:
+        run = tx.get_run(run_id)
+    else:
+        run, operations, interactions = tx.run_journal(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)

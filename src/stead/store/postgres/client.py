@@ -110,13 +110,13 @@ class PostgresClient:
         *,
         timeout: float = 30.0,
         claim_for: str | None = None,
-        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None = None,
+        begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None = None,
     ) -> Applied:
         """Apply ``command`` in its own transaction, run again while it collides (blocking).
         With ``claim_for`` (a worker's id), a run the command submits at its session's head is
         claimed for that worker in the same transaction, and its claim returned; with
-        ``begin`` too, ``begin(tx, run_id)`` begins its execution there, and its answer is
-        returned."""
+        ``begin`` too, ``begin(tx, run_id, fresh)`` begins its execution there, and its answer
+        is returned (``fresh``: the command inserted the run and wrote nothing else of it)."""
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
 
@@ -155,7 +155,7 @@ class PostgresClient:
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
         claim_for: str | None,
-        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None,
+        begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None,
     ) -> Applied:
         store = self._store
         wire = self._wire(conn)
@@ -189,7 +189,7 @@ class PostgresClient:
                 if begin is not None:
                     # The run was inserted by this transaction, so nobody else can have
                     # claimed it: the claim holds, and its execution begins here too.
-                    begun = begin(tx, claiming)
+                    begun = begin(tx, claiming, isinstance(command, Submit | SubmitTask))
             # Nothing more is read: the events, the counter, the notifications and the commit
             # go to the server together, and the command waits for it once.
             tx.write_events()

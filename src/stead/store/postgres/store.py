@@ -421,15 +421,15 @@ class PostgresStore:
         max_pending: int | None,
         *,
         claim: bool = False,
-        begin: Callable[[PostgresTx, str], transitions.Begun | None] | None = None,
+        begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None = None,
     ) -> tuple[JSON, Claim | None, transitions.Begun | None]:
         """Apply a command for a runtime: its own transaction on the pool, and a notification
         (see :mod:`.client`). With ``claim``, a run it submits at its session's head is
         claimed for this worker in the same transaction (its claim is returned): the runtime
         starts it without asking again, and the other workers are not woken for it. With
-        ``begin`` too, its execution begins in that transaction as well (``begin(tx, run_id)``,
-        whose answer is returned): one transaction takes a new run from its submission to its
-        first step."""
+        ``begin`` too, its execution begins in that transaction as well (``begin(tx, run_id,
+        fresh)``, whose answer is returned): one transaction takes a new run from its
+        submission to its first step."""
         if self._client is None:
             await asyncio.to_thread(self.client_open)
         assert self._client is not None
