@@ -430,6 +430,73 @@ async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
             await runtime.get_run(run.id).retry()
 
 
+async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_first(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run this runtime executes ends here, and its end wakes whoever waits for it: result()
+    reads nothing before (a read would queue ahead of the run's next step). A run cancelled
+    while someone waits still gives its RunCancelled, and a run that is not executing here
+    (waiting for an approval) is read as before."""
+    import stead.runtime.runtime as runtime_module
+
+    reads: list[str] = []
+    original = runtime_module._read_outcome
+
+    def counted(tx: object, run_id: str) -> object:
+        reads.append(run_id)
+        return original(tx, run_id)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime_module, "_read_outcome", counted)
+    gate = asyncio.Event()
+
+    @stead.tool(recovery="safe", blocking=False)
+    async def hold() -> str:
+        """Wait for the test."""
+        await gate.wait()
+        return "held"
+
+    @stead.tool(recovery="idempotent", approval=True)
+    def send() -> str:
+        """Send it."""
+        return "sent"
+
+    def answer(request: stead.ModelRequest) -> object:
+        last = request.messages[-1]
+        if last.kind == "user":
+            name = "send" if last.content == "send" else "hold"
+            return [stead.ToolCall(name=name, arguments={}, id="c1")]
+        return "done"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer), [hold, send])])
+    async with await app.open(open_store(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        waiter = asyncio.create_task(run.result())
+        await asyncio.sleep(0.05)
+        assert not waiter.done() and reads == []
+        gate.set()
+        assert (await waiter).output == "done"
+        assert reads == []  # its outcome came from memory
+
+        gate.clear()
+        cancelled = await runtime.submit("agent", session_id="c", request_id="r", prompt="go")
+        waiter = asyncio.create_task(cancelled.result())
+        await asyncio.sleep(0.05)
+        await cancelled.cancel("no longer needed")
+        with pytest.raises(stead.RunCancelled, match="no longer needed"):
+            await asyncio.wait_for(waiter, 5)
+
+        waiting = await runtime.submit("agent", session_id="w", request_id="r", prompt="send")
+        while (await waiting.status()) is not stead.RunStatus.WAITING:
+            await asyncio.sleep(0.01)
+        reads.clear()
+        waiter = asyncio.create_task(waiting.result())
+        await asyncio.sleep(0.05)
+        assert reads == [waiting.id] and not waiter.done()
+        (pending,) = await waiting.interactions()
+        await runtime.respond(pending.interaction_id, stead.Approve())
+        assert (await asyncio.wait_for(waiter, 5)).output == "done"
+
+
 async def test_retry_conflicts_once_the_session_has_moved_on(db: str) -> None:
     def answer(request: stead.ModelRequest) -> str:
         if request.messages[-1].content == "first":  # type: ignore[union-attr]

@@ -2,7 +2,9 @@
 
 The store calls :meth:`EventHub.committed` with every batch of events it committed (push, not
 polling); subscribers of a run are woken, and waiters for a run's end are released when its
-terminal status commits.
+terminal status commits. It also knows which runs execute here now (their ``running`` status
+committed here, and no other status since): a run's end, whenever it commits, releases its
+waiters, so a waiter for such a run has nothing to read before it waits.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class EventHub:
     def __init__(self, poll: float | None = None) -> None:
         self._changed: dict[str, set[asyncio.Event]] = {}
         self._ended: dict[str, set[asyncio.Event]] = {}
+        self._running: set[str] = set()
         self._error: SteadError | None = None
         self.poll = poll
 
@@ -41,9 +44,32 @@ class EventHub:
         for event in events:
             for flag in self._changed.get(event.run_id, ()):
                 flag.set()
-            if event.kind == "status" and RunStatus(event.data["status"]).terminal:
+            if event.kind != "status":
+                continue
+            status = RunStatus(event.data["status"])
+            if status == RunStatus.RUNNING:
+                self._running.add(event.run_id)
+                continue
+            self._running.discard(event.run_id)
+            if status.terminal:
                 for flag in self._ended.get(event.run_id, ()):
                     flag.set()
+
+    def started(self, run_id: str) -> None:
+        """The run's ``running`` status committed elsewhere (a submission on a shared store's
+        pool), and it executes here now."""
+        self._running.add(run_id)
+
+    def stopped(self, run_id: str) -> None:
+        """The run's execution here is over, whatever its status (an end committed here
+        already said so; a run handed back may end elsewhere)."""
+        self._running.discard(run_id)
+
+    def executing(self, run_id: str) -> bool:
+        """Whether the run executes here and its end has not committed: when it does, the
+        run's end flags are set. (On a store other workers write to, a run may have been taken
+        over meanwhile: its waiters look again every :attr:`poll` seconds.)"""
+        return run_id in self._running
 
     def close(self, error: SteadError) -> None:
         """Wake everyone: the runtime closed or failed with ``error``."""

@@ -97,7 +97,7 @@ class Runtime(Client):
         )
         self._scheduler = Scheduler(
             store,
-            self._executor.execute,
+            self._execute,
             max_concurrent_runs=max_concurrent_runs,
             lease_seconds=getattr(store, "lease_seconds", None) if self.shared else None,
             shared=self.shared,
@@ -286,10 +286,19 @@ class Runtime(Client):
         did — else the scheduler claims it)."""
         if claim is not None:
             self._scheduler.adopt(claim, begun)
+            if begun is not None and run_id in self._scheduler.active:
+                self._hub.started(run_id)  # its running status committed with the submission
         elif ready and self._resumed and not self.shared and self._scheduler.has_room():
             self._scheduler.start(Claim(run_id))
         else:
             self._wake()
+
+    async def _execute(self, claim: Claim, begun: transitions.Begun | None) -> bool:
+        """The scheduler's execution of a claimed run; see :meth:`Executor.execute`."""
+        try:
+            return await self._executor.execute(claim, begun)
+        finally:
+            self._hub.stopped(claim.run_id)
 
     # -- the Client hooks, applied by the owner ----------------------------------------------
 
@@ -319,7 +328,7 @@ class Runtime(Client):
         )
         answer, begun = await self.store.transact(
             functools.partial(
-                _apply_and_begin,
+                transitions.apply_and_begin,
                 command=command,
                 version_of=self.app.version_of,
                 max_pending=self.limits.max_pending_runs,
@@ -349,13 +358,19 @@ class Runtime(Client):
         return self._hub.subscribe(run_id)
 
     async def _await_outcome(self, run_id: str) -> RunOutcome:
+        read = False  # the first look may be the hub's; every later one reads the journal
         while True:
             self._check()
             cached = self._outcomes.get(run_id)
             if cached is not None:
                 return cached
+            executing = not read and self._hub.executing(run_id)
             ended = self._hub.end_flag(run_id)
+            read = True
             try:
+                if executing:  # not ended: its end sets the flag when it commits, here
+                    await wait_flag(ended, self._hub.poll)
+                    continue
                 found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
                 if found is None:
                     raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
@@ -376,20 +391,3 @@ class Runtime(Client):
         )
         while len(self._outcomes) > _OUTCOME_CACHE:
             self._outcomes.pop(next(iter(self._outcomes)))
-
-
-def _apply_and_begin(
-    tx: Tx,
-    command: Command,
-    version_of: transitions.VersionOf,
-    max_pending: int | None,
-    begin: Callable[[Tx, str, bool], transitions.Begun | None] | None,
-) -> tuple[JSON, transitions.Begun | None]:
-    """Apply ``command``; with ``begin``, a run it inserted ready to start (at its session's
-    head) begins its execution in the same transaction: one commit takes a new run from its
-    submission to its first step, as a shared store's claim does. A submitted run's journal
-    is empty and is not read; a fork's holds the operations it copied."""
-    answer = transitions.apply(tx, command, version_of, max_pending=max_pending)
-    if begin is None or not isinstance(answer, dict) or not answer["ready"]:
-        return answer, None
-    return answer, begin(tx, str(answer["run_id"]), isinstance(command, Submit | SubmitTask))

@@ -13,6 +13,7 @@ from ._shared import VersionOf
 from .decisions import cancel, resolve, respond, retry, signal
 from .execution import (
     Begun,
+    apply_and_begin,
     begin,
     complete,
     emit,
@@ -31,6 +32,7 @@ __all__ = [
     "Begun",
     "VersionOf",
     "apply",
+    "apply_and_begin",
     "apply_posted",
     "begin",
     "cancel",

@@ -11,6 +11,7 @@ from typing import Any
 from ..._clock import iso
 from ..._json import JSON, digest, storable_text
 from ...errors import StorageError, ValidationError
+from ..commands import Command, Submit, SubmitTask
 from ..events import (
     InteractionRequested,
     Payload,
@@ -32,8 +33,8 @@ from ..records import (
     Writes,
     outcome_history,
 )
-from ._shared import _run, _wake_parent, _write
-from .submission import submit
+from ._shared import VersionOf, _run, _wake_parent, _write
+from .submission import apply, submit
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,23 @@ def begin(
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)
+
+
+def apply_and_begin(
+    tx: Tx,
+    command: Command,
+    version_of: VersionOf,
+    max_pending: int | None,
+    begin: Callable[[Tx, str, bool], Begun | None] | None,
+) -> tuple[JSON, Begun | None]:
+    """Apply ``command``; with ``begin``, a run it inserted ready to start (at its session's
+    head) begins its execution in the same transaction: one commit takes a new run from its
+    submission to its first step, as a shared store's claim does. A submitted run's journal
+    is empty and is not read; a fork's holds the operations it copied."""
+    answer = apply(tx, command, version_of, max_pending=max_pending)
+    if begin is None or not isinstance(answer, dict) or not answer["ready"]:
+        return answer, None
+    return answer, begin(tx, str(answer["run_id"]), isinstance(command, Submit | SubmitTask))
 
 
 def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
