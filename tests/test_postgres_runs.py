@@ -553,6 +553,52 @@ async def test_a_run_a_worker_submits_begins_in_its_submissions_transaction(
     assert refused == []
 
 
+async def test_a_submission_asks_for_the_event_counter_with_what_it_decides_on(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's submission locks the event counter in the same flight as its questions (the
+    request, the run id, the session's unfinished run), so one answer of the server brings
+    both, and its event does not wait for the server again."""
+    import threading
+
+    from stead.store.postgres import client, wire
+
+    sent: dict[int, list[str]] = {}
+    execute, ask, apply = wire.Wire.execute, wire.Wire._ask, client.PostgresClient._apply
+
+    def recorded_execute(self: Any, sql: str, params: Any = ()) -> Any:
+        sent.get(threading.get_ident(), []).append(sql)
+        return execute(self, sql, params)
+
+    def recorded_ask(self: Any) -> None:
+        if self._unasked:
+            sent.get(threading.get_ident(), []).append("(the server is asked to answer)")
+        ask(self)
+
+    def recorded_apply(self: Any, *args: Any) -> Any:
+        sent[threading.get_ident()] = []
+        try:
+            return apply(self, *args)
+        finally:
+            flights.append(sent.pop(threading.get_ident()))
+
+    flights: list[list[str]] = []
+    monkeypatch.setattr(wire.Wire, "execute", recorded_execute)
+    monkeypatch.setattr(wire.Wire, "_ask", recorded_ask)
+    monkeypatch.setattr(client.PostgresClient, "_apply", recorded_apply)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 3))])
+    async with await app.open(_store(schema)) as runtime:
+        for n in range(3):
+            run = await runtime.submit("a", session_id=f"s{n}", request_id="r", prompt="go")
+            assert (await run.result()).output == "done"
+    assert len(flights) == 3
+    for flight in flights:
+        first_answer = flight.index("(the server is asked to answer)")
+        counter = next(n for n, sql in enumerate(flight) if "FROM stead_meta" in sql)
+        assert counter < first_answer, flight
+        assert any("INSERT INTO stead_runs" in sql for sql in flight[first_answer:])
+
+
 async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -164,6 +164,15 @@ class PostgresTx(SqlTx):
         self._lock_session(session_id)
         return super().ask_unfinished_in_session(session_id)
 
+    def asked_submission(self) -> None:
+        """A command's submission writes an event next: lock the sequence counter along with
+        its questions, so their answer brings the counter's too (one wait for the server, not
+        two). The session is locked already, and no run's row is locked after the counter (a
+        fork locked its source before), so the locks are still taken in the workers' order."""
+        asked = self._sequence is not None or self._counter is not None
+        if self.lock_runs and self.pipeline is not None and not asked:
+            self._counter = self.execute(_LOCK_COUNTER)
+
     def later_started(self, run: Run) -> Run | None:
         self._lock_session(run.session_id)
         return super().later_started(run)

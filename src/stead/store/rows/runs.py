@@ -63,12 +63,17 @@ class RunRows(SqlBase):
         found = self.ask_find_request(session_id, request_id)
         taken = self.ask_run(run_id)
         busy = self.ask_unfinished_in_session(session_id)
+        self.asked_submission()
         rows = found.fetchone(), taken.fetchone(), busy.fetchone()
         return (
             (run_of(rows[0]), rows[0][-1]) if rows[0] else None,
             run_of(rows[1]) if rows[1] else None,
             run_of(rows[2]) if rows[2] else None,
         )
+
+    def asked_submission(self) -> None:
+        """Called once :meth:`submission_state` has asked what it decides on, before it reads
+        the answers: a store may ask for more along (what a submission needs next)."""
 
     def later_started(self, run: Run) -> Run | None:
         row = self.execute(
