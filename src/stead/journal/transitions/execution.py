@@ -137,7 +137,14 @@ def apply_and_begin(
     answer = apply(tx, command, version_of, max_pending=max_pending)
     if begin is None or not isinstance(answer, dict) or not answer["ready"]:
         return answer, None
-    return answer, begin(tx, str(answer["run_id"]), isinstance(command, Submit | SubmitTask))
+    return answer, begin(tx, str(answer["run_id"]), inserts_fresh(command))
+
+
+def inserts_fresh(command: Command) -> bool:
+    """Whether a run ``command`` creates is inserted with nothing else of it written (a
+    submission's), so beginning it in the same transaction has no journal to read; a fork's
+    holds the operations it copied."""
+    return isinstance(command, Submit | SubmitTask)
 
 
 def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:

@@ -189,7 +189,7 @@ class PostgresClient:
                 if begin is not None:
                     # The run was inserted by this transaction, so nobody else can have
                     # claimed it: the claim holds, and its execution begins here too.
-                    begun = begin(tx, claiming, isinstance(command, Submit | SubmitTask))
+                    begun = begin(tx, claiming, transitions.inserts_fresh(command))
             # Nothing more is read: the events, the counter, the notifications and the commit
             # go to the server together, and the command waits for it once.
             tx.write_events()
