@@ -231,6 +231,74 @@ async def test_calls_waiting_behind_a_blocked_thread_share_one_timer(
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
 
 
+async def test_a_store_call_is_not_held_up_by_tools_blocked_on_every_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tools blocked on every thread the tools may have: a client's read still runs at once,
+    on a thread of the stores' own pool (the tools' next call waits for one of theirs)."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "_store_pool", _threads._Pool("stead-store"))
+    monkeypatch.setattr(_threads, "MAX_THREADS", 2)
+    release = threading.Event()
+    tools = [_threads.run_in_thread(release.wait, 10) for _ in range(3)]
+    readers: list[str] = []
+
+    @stead.tool(recovery="safe")
+    def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["done"]), tools=[noop])
+    path = tmp_path / "s.db"
+    async with await stead.App(agents=[agent]).open(stead.SqliteStore(path)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+    try:
+        assert _threads._pool.threads == 2 and len(_threads._pool.backlog) == 1
+        async with stead.Client(stead.SqliteStore(path)) as client:
+            plain = client.store.client_read
+
+            def read(fn: Any) -> Any:
+                readers.append(threading.current_thread().name)
+                return plain(fn)
+
+            monkeypatch.setattr(client.store, "client_read", read)
+            record = await asyncio.wait_for(client.run_record(run.id), 5)
+        assert record.status == "completed"
+        assert readers and all(name.startswith("stead-store-") for name in readers)
+    finally:
+        release.set()
+    assert await asyncio.gather(*tools) == [True, True, True]
+
+
+async def test_calls_blocked_in_two_pools_each_get_threads_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each pool looks after the calls waiting behind its own busy threads: with calls waiting
+    in the tools' pool and in the stores' pool at once on one loop, both are given threads
+    after PATIENCE (one pool's look must not stand in for the other's)."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "_store_pool", _threads._Pool("stead-store"))
+    monkeypatch.setattr(_threads, "PATIENCE", 0.02)
+    tools, stores = threading.Barrier(2), threading.Barrier(2)
+    calls = [
+        _threads.run_in_thread(tools.wait, 10),
+        _threads.run_in_thread(tools.wait, 10),  # waits behind the first, then gets a thread
+        _threads.run_store_call(stores.wait, 10),
+        _threads.run_store_call(stores.wait, 10),
+    ]
+    assert sorted(await asyncio.wait_for(asyncio.gather(*calls), 20)) == [0, 0, 1, 1]
+    assert _threads._pool.threads == 2 and _threads._store_pool.threads == 2
+
+
 linux_affinity = pytest.mark.skipif(
     not hasattr(__import__("os"), "sched_setaffinity"), reason="thread CPU affinity is Linux's"
 )

@@ -1,4 +1,6 @@
-"""Worker threads for the user's synchronous functions (blocking tools, task effects).
+"""Worker threads for the user's synchronous functions (blocking tools, task effects), and,
+in a pool of their own, for the stores' blocking driver calls (a client's reads and commands, a
+worker's submissions on PostgreSQL): tools blocked on every thread of theirs never hold those up.
 
 Why not ``asyncio.to_thread``: the default executor hands each call through a locked queue to
 whichever of its threads wakes first, which costs about 140 µs a call on a small virtual machine
@@ -65,8 +67,9 @@ class _Mailbox:
         self.outcomes: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
         self.outcomes = collections.deque()
         self.waking = False  # a wake-up of the loop is on its way (set and cleared under the GIL)
-        #: A look at this loop's calls waiting behind a busy thread is scheduled (on the loop).
-        self.rescuing = False
+        #: The pools with a look scheduled at this loop's calls waiting behind a busy thread of
+        #: theirs (on the loop).
+        self.rescuing: set[_Pool] = set()
 
     def post(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         """On a worker thread: hand an outcome to the loop."""
@@ -230,7 +233,8 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self) -> None:
+    def __init__(self, name: str = "stead-worker") -> None:
+        self.name = name  # of its threads, numbered
         self.lock = threading.Lock()
         self.idle: list[_Worker] = []  # a stack: the warmest on top
         self.backlog: collections.deque[_Call] = collections.deque()
@@ -251,8 +255,8 @@ class _Pool:
             call.since = now
             self.backlog.append(call)
         box = call.mailbox
-        if not box.rescuing:  # one timer a loop, not one a waiting call
-            box.rescuing = True
+        if self not in box.rescuing:  # one timer a loop, not one a waiting call
+            box.rescuing.add(self)
             box.loop.call_later(PATIENCE, self.rescue, box)
 
     def rescue(self, box: _Mailbox) -> None:
@@ -260,7 +264,7 @@ class _Pool:
         thread: each of its calls that has waited that long, and that no thread has taken
         meanwhile, waits behind one that blocks; give it another thread. Look again when the
         next of its calls has waited that long."""
-        box.rescuing = False
+        box.rescuing.discard(self)
         now = time.monotonic()
         first: float | None = None  # when the earliest call still waiting began to
         with self.lock:
@@ -276,7 +280,7 @@ class _Pool:
                         first = call.since
             self.backlog = waiting
         if first is not None:
-            box.rescuing = True
+            box.rescuing.add(self)
             box.loop.call_later(first + PATIENCE - now, self.rescue, box)
 
     def _hand(self, call: _Call, now: float) -> bool:
@@ -289,7 +293,7 @@ class _Pool:
             self.threads += 1
             worker = _Worker()
             threading.Thread(
-                target=self._work, args=(worker,), name=f"stead-worker-{self.threads}", daemon=True
+                target=self._work, args=(worker,), name=f"{self.name}-{self.threads}", daemon=True
             ).start()
         else:
             return False
@@ -320,25 +324,41 @@ class _Pool:
 
 
 _pool = _Pool()
+#: The stores' own calls to blocking drivers (a client's reads and commands, a worker's
+#: submissions): a pool of their own, so that tools blocked on every thread of theirs never hold
+#: up a submission or a read.
+_store_pool = _Pool("stead-store")
 
 
 def _forget_threads() -> None:
     """In a forked child the parent's threads do not exist: start afresh."""
-    global _pool
+    global _pool, _store_pool
     _pool = _Pool()
+    _store_pool = _Pool("stead-store")
     _mailboxes.clear()
 
 
 os.register_at_fork(after_in_child=_forget_threads)
 
 
-def run_in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
-    """Run ``fn(*args, **kwargs)`` on a worker thread; await the future for its result or its
-    exception. Cancelling the future does not stop the function, only the waiting."""
+def _call(
+    pool: _Pool, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> asyncio.Future[T]:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
-    _pool.start(_Call(_mailbox(loop), future, fn, args, kwargs))
+    pool.start(_Call(_mailbox(loop), future, fn, args, kwargs))
     return future
 
 
-__all__ = ["MAX_THREADS", "Placement", "run_in_thread"]
+def run_in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+    """Run ``fn(*args, **kwargs)`` on a worker thread; await the future for its result or its
+    exception. Cancelling the future does not stop the function, only the waiting."""
+    return _call(_pool, fn, args, kwargs)
+
+
+def run_store_call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+    """:func:`run_in_thread` for a store's blocking driver call, on the stores' own threads."""
+    return _call(_store_pool, fn, args, kwargs)
+
+
+__all__ = ["MAX_THREADS", "Placement", "run_in_thread", "run_store_call"]

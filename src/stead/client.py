@@ -21,6 +21,7 @@ from typing import Any, Self, TypeVar
 
 from ._ids import new_id
 from ._json import NotJSONError, dumps, loads, to_json
+from ._threads import run_store_call
 from .agent.checkpoint import build_checkpoint
 from .agent.history import assistant_body, conversation
 from .agent.interactions import Answer, Approve, Deny, Response
@@ -137,7 +138,7 @@ class Client:
     async def _read(self, fn: Callable[[Tx], T]) -> T:
         self._check()
         await self._connect()
-        return await asyncio.to_thread(self.store.client_read, fn)
+        return await run_store_call(self.store.client_read, fn)
 
     async def _apply(self, command: Command) -> Any:
         """Apply ``command``: through the owner's inbox, or here when no runtime owns the store

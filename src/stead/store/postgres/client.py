@@ -13,7 +13,6 @@ waits for the server where it reads, and once for its last writes and the commit
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..._ids import jitter
 from ..._json import JSON
+from ..._threads import run_store_call
 from ...errors import NotFoundError, SchemaVersionError, StorageError
 from ...journal import transitions
 from ...journal.commands import Cancel, Command, Fork, Submit, SubmitTask
@@ -99,7 +99,7 @@ class PostgresClient:
         """Apply ``command`` (a client has no registry: a submission without a version is
         pinned to the version a runtime registered last). ``timeout`` bounds the wait for a
         free connection of the pool."""
-        applied = await asyncio.to_thread(self.apply, command, None, None, timeout=timeout)
+        applied = await run_store_call(self.apply, command, None, None, timeout=timeout)
         return applied.answer
 
     def apply(

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from ..._clock import Clock, SystemClock
 from ..._ids import new_token
 from ..._json import JSON
+from ..._threads import run_store_call
 from ...errors import SchemaVersionError, StorageError, ValidationError, shown
 from ...journal import transitions
 from ...journal.commands import Command
@@ -433,7 +434,7 @@ class PostgresStore:
         if self._client is None:
             await asyncio.to_thread(self.client_open)
         assert self._client is not None
-        applied = await asyncio.to_thread(
+        applied = await run_store_call(
             functools.partial(
                 self._client.apply,
                 command,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._ids import boot_id
+from ..._threads import run_store_call
 from ...errors import SchemaVersionError, StorageError, ValidationError
 from ...journal import transitions
 from ...journal.commands import (
@@ -153,7 +154,7 @@ class ClientSide:
                 raise StorageError(f"cannot read {self._store.path!r}: {exc}") from exc
 
     async def command(self, command: Command, *, timeout: float) -> Any:
-        state, value = await asyncio.to_thread(self._post_or_apply, command)
+        state, value = await run_store_call(self._post_or_apply, command)
         if state == "applied":
             return value
         command_id = int(value)
@@ -161,7 +162,7 @@ class ClientSide:
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             await asyncio.sleep(POLL_INTERVAL)
-            row = await asyncio.to_thread(self._answer_or_apply, command_id)
+            row = await run_store_call(self._answer_or_apply, command_id)
             if row is not None and row[2] != "posted":
                 return answer_of(row[3])
         raise TimeoutError(
