@@ -255,7 +255,7 @@ class _Pool:
             call.since = now
             self.backlog.append(call)
         box = call.mailbox
-        if self not in box.rescuing:  # one timer a loop, not one a waiting call
+        if self not in box.rescuing:  # one timer a loop and pool, not one a waiting call
             box.rescuing.add(self)
             box.loop.call_later(PATIENCE, self.rescue, box)
 

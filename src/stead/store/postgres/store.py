@@ -435,14 +435,12 @@ class PostgresStore:
             await asyncio.to_thread(self.client_open)
         assert self._client is not None
         applied = await run_store_call(
-            functools.partial(
-                self._client.apply,
-                command,
-                version_of,
-                max_pending,
-                claim_for=self.worker if claim else None,
-                begin=begin,
-            )
+            self._client.apply,
+            command,
+            version_of,
+            max_pending,
+            claim_for=self.worker if claim else None,
+            begin=begin,
         )
         if applied.sequence is not None and self._writer is not None:
             self._writer.observe_sequence(applied.sequence)
