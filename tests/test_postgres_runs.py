@@ -717,6 +717,81 @@ async def test_a_killed_workers_run_continues_on_another_worker_within_its_lease
         assert (await handle.result(timeout=10)).output == "Wired."
 
 
+async def test_a_waiter_on_a_worker_that_lost_the_lease_hears_the_end_the_other_committed(
+    schema: str,
+) -> None:
+    """result() of a run executing here waits for its end without reading the journal. If this
+    worker's heartbeat stalls past the lease and another worker finishes the run while the
+    execution here hangs, unaware, the waiter here still hears of the end: after a lease's
+    time without one, it reads the journal."""
+    calls: list[int] = []
+
+    @stead.tool(recovery="safe", blocking=False)
+    async def look() -> str:
+        """Look."""
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.Event().wait()  # the first execution hangs here
+        return "seen"
+
+    model = ScriptedModel([[stead.ToolCall(name="look", arguments={}, id="c")], "Done."])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[look])])
+    lease = 1.0
+    stalling = _store(schema, lease_seconds=lease)
+
+    async def heartbeat(claims: Any) -> set[str]:
+        return set()  # its round trips never arrive: nothing extended, nothing heard
+
+    stalling.extend_leases = heartbeat
+    async with await app.open(stalling) as here:
+        run = await here.submit("a", session_id="s", request_id="r", prompt="go")
+        waiter = asyncio.create_task(run.result())
+        while not calls:
+            await asyncio.sleep(0.01)
+        async with await app.open(_store(schema, lease_seconds=lease)) as other:
+            finished = await other.get_run(run.id).result(timeout=10 * lease)
+            assert finished.output == "Done." and len(calls) == 2
+            heard = await asyncio.wait_for(waiter, 3 * lease)
+            assert heard.output == "Done." and heard.run_id == run.id
+
+
+async def test_a_waiter_for_a_run_elsewhere_reads_when_a_notification_says_so(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """result() of a run that does not execute here (parked for an approval, then finished by
+    another worker) reads the journal when the schema's notifications say a run was let go,
+    not at every poll: without news it reads once."""
+    import stead.runtime.events as events_module
+    import stead.runtime.runtime as runtime_module
+    from stead.store.postgres import store as pg
+
+    monkeypatch.setattr(pg._Listener, "fallback", 3600.0)  # no timed wake-ups
+    reads: list[str] = []
+    original = runtime_module._read_outcome
+
+    def counted(tx: object, run_id: str) -> object:
+        reads.append(run_id)
+        return original(tx, run_id)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime_module, "_read_outcome", counted)
+    wired: list[str] = []
+    app = _bank(wired)
+    async with await app.open(_store(schema)) as worker:
+        run = await worker.submit("bank", session_id="s", request_id="r", prompt="wire")
+        await _until(run, stead.RunStatus.WAITING)
+        async with await app.open(_store(schema), resume=False) as here:  # executes nothing
+            waiter = asyncio.create_task(here.get_run(run.id).result())
+            await asyncio.sleep(events_module.REMOTE_POLL * 5)
+            assert reads == [run.id] and not waiter.done()
+            async with stead.Client(_store(schema)) as client:
+                (pending,) = await client.list_interactions(status="pending")
+                await client.respond(pending.interaction_id, stead.Approve())
+            outcome = await asyncio.wait_for(waiter, 10)
+            assert outcome.output == "Wired 500." and wired == [f"{run.id}/tool:1:w"]
+            # The approval and the run's end woke it; each look read once at most.
+            assert 2 <= len(reads) <= 3
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "stead", *args],

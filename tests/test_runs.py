@@ -437,6 +437,7 @@ async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_
     reads nothing before (a read would queue ahead of the run's next step). A run cancelled
     while someone waits still gives its RunCancelled, and a run that is not executing here
     (waiting for an approval) is read as before."""
+    import stead.runtime.events as events_module
     import stead.runtime.runtime as runtime_module
 
     reads: list[str] = []
@@ -471,7 +472,8 @@ async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_
     async with await app.open(open_store(db)) as runtime:
         run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
         waiter = asyncio.create_task(run.result())
-        await asyncio.sleep(0.05)
+        # Longer than a shared store's poll, which is for runs executing elsewhere.
+        await asyncio.sleep(events_module.REMOTE_POLL * 2.5)
         assert not waiter.done() and reads == []
         gate.set()
         assert (await waiter).output == "done"

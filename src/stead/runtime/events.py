@@ -10,35 +10,49 @@ waiters, so a waiter for such a run has nothing to read before it waits.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from ..errors import SteadError
 from ..journal.records import Event, RunStatus
 
-__all__ = ["EventHub", "Subscription", "wait_flag"]
+__all__ = ["REMOTE_LOOK", "REMOTE_POLL", "EventHub", "Subscription", "wait_flag"]
+
+T = TypeVar("T")
 
 
-async def wait_flag(flag: asyncio.Event, poll: float | None) -> None:
-    """Until ``flag`` is set, or (with ``poll``) that many seconds passed."""
+async def wait_flag(flag: asyncio.Event, poll: float | None) -> bool:
+    """Until ``flag`` is set, or (with ``poll``) that many seconds passed; whether it is set."""
     if poll is None:
         await flag.wait()
-        return
+        return True
     try:
         async with asyncio.timeout(poll):
             await flag.wait()
     except TimeoutError:
         pass
+    return flag.is_set()
+
+
+#: On a store other workers write to, how often at most a waiter for a run executing elsewhere
+#: looks (a notification wakes it), and how often an event stream of such a run looks.
+REMOTE_POLL = 0.1
+#: ... and how long such a waiter goes without a notification before it looks anyway.
+REMOTE_LOOK = 5.0
 
 
 class EventHub:
-    """``poll``: on a store other workers write to as well, how often (seconds) a waiter looks
-    again without a local commit — a run executing elsewhere commits there."""
+    """``shared``: other workers write to the store as well (a run may execute elsewhere and
+    commit there); ``lease_seconds``: how long a claim here outlives its last heartbeat."""
 
-    def __init__(self, poll: float | None = None) -> None:
+    def __init__(self, *, shared: bool = False, lease_seconds: float | None = None) -> None:
         self._changed: dict[str, set[asyncio.Event]] = {}
         self._ended: dict[str, set[asyncio.Event]] = {}
         self._running: set[str] = set()
         self._error: SteadError | None = None
-        self.poll = poll
+        #: How often a look at a run executing elsewhere may go to the store (None: never).
+        self.poll = REMOTE_POLL if shared else None
+        self.lease_seconds = lease_seconds
 
     def committed(self, events: list[Event]) -> None:
         for event in events:
@@ -65,11 +79,68 @@ class EventHub:
         already said so; a run handed back may end elsewhere)."""
         self._running.discard(run_id)
 
+    async def outcome(
+        self,
+        run_id: str,
+        remembered: Callable[[], T | None],
+        read: Callable[[], Awaitable[T | None]],
+    ) -> T:
+        """The run's outcome once it ended: what ``remembered()`` keeps of it (a run that
+        completed here), else what ``read()`` finds in the journal (None: not ended yet)."""
+        loop = asyncio.get_running_loop()
+        look_at: float | None = None  # when to read although the run executes here
+        while True:
+            found = remembered()
+            if found is not None:
+                return found
+            ended = self.end_flag(run_id)
+            try:
+                if self.executing(run_id):
+                    # Not ended: its end sets the flag when it commits, here, so there is
+                    # nothing to read before. On a shared store no other worker can take the
+                    # run while this one's heartbeat extends its lease; but a heartbeat that
+                    # stalled past it lets another finish the run while the execution here
+                    # goes on unaware, so after a lease's time without an end, read once.
+                    if self.lease_seconds is None:
+                        await wait_flag(ended, None)
+                        continue
+                    if look_at is None:
+                        look_at = loop.time() + self.lease_seconds
+                    if loop.time() < look_at:
+                        await wait_flag(ended, look_at - loop.time())
+                        continue
+                look_at = None
+                read_at = loop.time()
+                found = await read()
+                if found is not None:
+                    return found
+                if self.poll is None:  # its end commits here, and sets the flag
+                    await wait_flag(ended, None)
+                    continue
+                # Elsewhere, or parked: the shared store's notifications wake the wait (a run
+                # let go by another worker or a client, or the listener's fallback), and it
+                # reads again at most every poll, however busy the other workers are.
+                await wait_flag(ended, REMOTE_LOOK)
+                pause = read_at + self.poll - loop.time()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+            finally:
+                self.forget_end(run_id, ended)
+
     def executing(self, run_id: str) -> bool:
         """Whether the run executes here and its end has not committed: when it does, the
-        run's end flags are set. (On a store other workers write to, a run may have been taken
-        over meanwhile: its waiters look again every :attr:`poll` seconds.)"""
+        run's end flags are set. (On a store other workers write to, a run whose lease ran out
+        may have been taken over meanwhile: its waiters read the journal once a lease's time
+        passed without its end.)"""
         return run_id in self._running
+
+    def noticed(self) -> None:
+        """Another worker or a client let a run go (it ended, or may go on), or the shared
+        store's listener came round without news: every waiter for a run's end looks again
+        (one for a run executing here finds it still does, and reads nothing)."""
+        for flags in self._ended.values():
+            for flag in flags:
+                flag.set()
 
     def close(self, error: SteadError) -> None:
         """Wake everyone: the runtime closed or failed with ``error``."""

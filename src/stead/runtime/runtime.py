@@ -34,7 +34,7 @@ from ..tasks.graph import GraphNode
 from ..tasks.schedule import Schedule
 from .cron import Cron
 from .definition import Completion
-from .events import EventHub, Subscription, wait_flag
+from .events import EventHub, Subscription
 from .executor import Executor
 from .inbox import Inbox
 from .limits import Limits
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "Runtime"]
 
 _OUTCOME_CACHE = 1024
-#: On a shared store, how often a waiter for a run that may execute on another worker looks.
-_REMOTE_POLL = 0.1
 
 
 class Runtime(Client):
@@ -84,7 +82,11 @@ class Runtime(Client):
         self._resumed = False
         #: Other runtimes execute this store's runs too (PostgreSQL workers).
         self.shared = bool(getattr(store, "shared", False))
-        self._hub = EventHub(poll=_REMOTE_POLL if self.shared else None)
+        #: How long a claim here outlives its last heartbeat (a shared store's), else None.
+        self._lease_seconds: float | None = (
+            getattr(store, "lease_seconds", None) if self.shared else None
+        )
+        self._hub = EventHub(shared=self.shared, lease_seconds=self._lease_seconds)
         self._outcomes: dict[str, RunOutcome] = {}
         self._executor = Executor(
             store,
@@ -99,7 +101,7 @@ class Runtime(Client):
             store,
             self._execute,
             max_concurrent_runs=max_concurrent_runs,
-            lease_seconds=getattr(store, "lease_seconds", None) if self.shared else None,
+            lease_seconds=self._lease_seconds,
             shared=self.shared,
         )
         self._inbox = Inbox(
@@ -253,6 +255,7 @@ class Runtime(Client):
         if payload.startswith("cancel:"):
             self._scheduler.cancel(payload.removeprefix("cancel:"))
         self._scheduler.wake()
+        self._hub.noticed()
 
     def _failed(self, error: StorageError) -> None:
         if self._fatal is not None:
@@ -358,28 +361,18 @@ class Runtime(Client):
         return self._hub.subscribe(run_id)
 
     async def _await_outcome(self, run_id: str) -> RunOutcome:
-        read = False  # the first look may be the hub's; every later one reads the journal
-        while True:
+        def remembered() -> RunOutcome | None:
             self._check()
-            cached = self._outcomes.get(run_id)
-            if cached is not None:
-                return cached
-            executing = not read and self._hub.executing(run_id)
-            ended = self._hub.end_flag(run_id)
-            read = True
-            try:
-                if executing:  # not ended: its end sets the flag when it commits, here
-                    await wait_flag(ended, self._hub.poll)
-                    continue
-                found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
-                if found is None:
-                    raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
-                run, bodies = found
-                if run.status.terminal:
-                    return _outcome(run, bodies)
-                await wait_flag(ended, self._hub.poll)
-            finally:
-                self._hub.forget_end(run_id, ended)
+            return self._outcomes.get(run_id)
+
+        async def read() -> RunOutcome | None:
+            found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
+            if found is None:
+                raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
+            run, bodies = found
+            return _outcome(run, bodies) if run.status.terminal else None
+
+        return await self._hub.outcome(run_id, remembered, read)
 
     def _completed(self, run_id: str, completion: Completion) -> None:
         # Completed and on disk: answer result() from memory (bounded; the journal is truth).
