@@ -792,6 +792,39 @@ async def test_a_waiter_for_a_run_elsewhere_reads_when_a_notification_says_so(
             assert 2 <= len(reads) <= 3
 
 
+async def test_a_clients_wait_for_a_run_reads_when_a_notification_says_so(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's result() on PostgreSQL reads the journal when the schema's notifications say
+    a run was let go (here: answered, then ended by the worker), not every poll."""
+    import stead.client as client_module
+    from stead.store.postgres import store as pg
+
+    monkeypatch.setattr(pg._Listener, "fallback", 3600.0)  # no timed wake-ups
+    reads: list[str] = []
+    original = client_module._read_outcome
+
+    def counted(tx: object, run_id: str) -> object:
+        reads.append(run_id)
+        return original(tx, run_id)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client_module, "_read_outcome", counted)
+    wired: list[str] = []
+    async with await _bank(wired).open(_store(schema)) as worker:
+        run = await worker.submit("bank", session_id="s", request_id="r", prompt="wire")
+        await _until(run, stead.RunStatus.WAITING)
+        async with stead.Client(_store(schema)) as waiting:
+            waiter = asyncio.create_task(waiting.result(run.id, timeout=10))
+            await asyncio.sleep(client_module.POLL_INTERVAL * 10)
+            assert reads == [run.id] and not waiter.done()
+            async with stead.Client(_store(schema)) as client:
+                (pending,) = await client.list_interactions(status="pending")
+                await client.respond(pending.interaction_id, stead.Approve())
+            outcome = await waiter
+            assert outcome.output == "Wired 500." and wired == [f"{run.id}/tool:1:w"]
+            assert 2 <= len(reads) <= 3  # the answer and the run's end woke it
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "stead", *args],

@@ -7,7 +7,8 @@ and the owner applies it with the same transition it uses in-process; the call r
 applied, with the same result or error it would give in-process. With no live owner, the client
 applies the command itself, holding the owner's lock meanwhile so no runtime starts under it.
 On PostgreSQL, where many workers share a schema, a command is one transaction applied here,
-and a notification wakes the workers.
+and a notification wakes the workers; a wait for a run's end listens to those notifications
+(on a connection of its own, from the first wait on) and reads when one says a run was let go.
 
 :class:`~stead.Runtime` is a Client too: the same methods, applied directly by the owner.
 """
@@ -15,6 +16,7 @@ and a notification wakes the workers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -62,8 +64,12 @@ T = TypeVar("T")
 RUN_KINDS = ("agent", "task", "graph")
 #: Events read per page when a subscriber catches up.
 EVENT_PAGE = 500
-#: How often a client looks for changes written by another process.
+#: How often a client looks for changes written by another process (at most, where the
+#: store's notifications say when to look).
 POLL_INTERVAL = 0.05
+#: Where the store has notifications: how long a wait for a run's end goes without one (or
+#: the listener's own fallback) before it looks anyway.
+NOTICE_FALLBACK = 5.0
 
 
 class Client:
@@ -102,6 +108,8 @@ class Client:
         self.limits = limits or Limits()
         self._closed = False
         self._opened = False
+        #: The store's notifications, listened to from the first wait for a run's end on.
+        self._notices: asyncio.Task[_Notices | None] | None = None
 
     def __repr__(self) -> str:
         return f"<stead Client on {self.store!r}>"
@@ -127,6 +135,11 @@ class Client:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            listening, self._notices = self._notices, None
+            if listening is not None:
+                notices = await listening
+                if notices is not None:
+                    await asyncio.to_thread(notices.stop)
             await asyncio.to_thread(self.store.client_close)
 
     # -- the hooks a Runtime replaces --------------------------------------------------------
@@ -151,9 +164,15 @@ class Client:
         """Something that wakes when the run may have new events (here: polling the file)."""
         return _Poll()
 
-    async def _settled(self, run_id: str) -> None:
-        """Returns once the run may have become terminal."""
-        await asyncio.sleep(POLL_INTERVAL)
+    async def _listen(self) -> _Notices | None:
+        """The store's notifications (PostgreSQL's), listened to from the first call on; None
+        where it has none, or the listener could not connect (then reads say what is wrong,
+        and the waits poll)."""
+        if self._notices is None:
+            self._notices = asyncio.ensure_future(_listen(self.store))
+        elif self._notices.get_loop() is not asyncio.get_running_loop():
+            return None  # listened to for another event loop: poll on this one
+        return await asyncio.shield(self._notices)
 
     def _prices(self) -> Mapping[str, Price] | None:
         return self.prices
@@ -459,14 +478,20 @@ class Client:
             ) from None
 
     async def _await_outcome(self, run_id: str) -> RunOutcome:
+        notices = await self._listen()
+        loop = asyncio.get_running_loop()
         while True:
+            seen = notices.count if notices is not None else 0
+            looked = loop.time()
             found = await self._read(lambda tx: _read_outcome(tx, run_id))
             if found is None:
                 raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
             run, bodies = found
             if run.status.terminal:
                 return _outcome(run, bodies)
-            await self._settled(run_id)
+            if notices is not None:  # a run let go since the read, or the fallback
+                await notices.after(seen, NOTICE_FALLBACK)
+            await asyncio.sleep(max(0.0, looked + POLL_INTERVAL - loop.time()))
 
     # -- interactions ------------------------------------------------------------------------
 
@@ -650,6 +675,40 @@ class Client:
             return found
 
         return await self._read(read)
+
+
+class _Notices:
+    """A store's notifications as waiters see them: how many came, and a wake-up at each."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._event = asyncio.Event()
+        self.stop: Callable[[], None] = lambda: None
+
+    def notice(self, payload: str) -> None:
+        self.count += 1
+        self._event.set()  # wakes every waiter now; the next wait waits for the next one
+        self._event.clear()
+
+    async def after(self, count: int, timeout: float) -> None:
+        """Until a notification after the first ``count`` came, or ``timeout`` seconds."""
+        if self.count != count:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+
+
+async def _listen(store: ClientStore) -> _Notices | None:
+    listen = getattr(store, "client_listen", None)
+    if listen is None:
+        return None
+    notices = _Notices()
+    try:
+        notices.stop = await asyncio.to_thread(listen, asyncio.get_running_loop(), notices.notice)
+    except Exception:  # the store's reads say what is wrong
+        return None
+    return notices
 
 
 class _Poll:

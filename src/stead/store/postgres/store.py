@@ -524,6 +524,15 @@ class PostgresStore:
             self._client.close()
             self._client = None
 
+    def client_listen(
+        self, loop: asyncio.AbstractEventLoop, on_notice: Callable[[str], None]
+    ) -> Callable[[], None]:
+        """For a :class:`~stead.Client` waiting for runs to end (blocking: it connects): call
+        ``on_notice(payload)`` on ``loop`` for every notification on the schema's channel (a
+        worker or a client let a run go), and with ``""`` every few seconds; returns what stops
+        it (blocking too)."""
+        return _Listener(self, loop, on_notice).stop
+
     def client_read(self, fn: Callable[[PostgresTx], T]) -> T:
         self.client_open()
         assert self._client is not None
@@ -594,10 +603,15 @@ class _Listener:
     #: a store waits at most this long for the thread.
     tick = 0.05
 
-    def __init__(self, store: PostgresStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        loop: asyncio.AbstractEventLoop,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
         self._store = store
         self._loop = loop
-        self.on_notice: Callable[[str], None] | None = None
+        self.on_notice = on_notice
         self._conn: Any = self._listen()
         self._stopping = threading.Event()
         self._thread = threading.Thread(
