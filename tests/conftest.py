@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,16 @@ def paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
 
     model = ScriptedModel([[stead.ToolCall(name="pause", id="p")], "done"])
     return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[pause])])
+
+
+def counted_outcome_reads(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The run ids ``module._read_outcome`` reads a run's end for, from now on."""
+    reads: list[str] = []
+    original = module._read_outcome
+
+    def counted(tx: object, run_id: str) -> object:
+        reads.append(run_id)
+        return original(tx, run_id)
+
+    monkeypatch.setattr(module, "_read_outcome", counted)
+    return reads

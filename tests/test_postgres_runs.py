@@ -22,7 +22,7 @@ import stead
 from stead.testing import ScriptedModel
 
 from ._journal import submission
-from .conftest import paused_app
+from .conftest import counted_outcome_reads, paused_app
 
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
@@ -766,14 +766,7 @@ async def test_a_waiter_for_a_run_elsewhere_reads_when_a_notification_says_so(
     from stead.store.postgres import store as pg
 
     monkeypatch.setattr(pg._Listener, "fallback", 3600.0)  # no timed wake-ups
-    reads: list[str] = []
-    original = runtime_module._read_outcome
-
-    def counted(tx: object, run_id: str) -> object:
-        reads.append(run_id)
-        return original(tx, run_id)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(runtime_module, "_read_outcome", counted)
+    reads = counted_outcome_reads(monkeypatch, runtime_module)
     wired: list[str] = []
     app = _bank(wired)
     async with await app.open(_store(schema)) as worker:
@@ -801,14 +794,7 @@ async def test_a_clients_wait_for_a_run_reads_when_a_notification_says_so(
     from stead.store.postgres import store as pg
 
     monkeypatch.setattr(pg._Listener, "fallback", 3600.0)  # no timed wake-ups
-    reads: list[str] = []
-    original = client_module._read_outcome
-
-    def counted(tx: object, run_id: str) -> object:
-        reads.append(run_id)
-        return original(tx, run_id)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(client_module, "_read_outcome", counted)
+    reads = counted_outcome_reads(monkeypatch, client_module)
     wired: list[str] = []
     async with await _bank(wired).open(_store(schema)) as worker:
         run = await worker.submit("bank", session_id="s", request_id="r", prompt="wire")

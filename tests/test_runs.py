@@ -11,7 +11,7 @@ import stead
 from stead.testing import FunctionModel, ScriptedModel
 
 from ._journal import Journal, PgJournal, journal_events, open_store
-from .conftest import ledger_tool, paused_app
+from .conftest import counted_outcome_reads, ledger_tool, paused_app
 
 
 def _agent(
@@ -440,14 +440,7 @@ async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_
     import stead.runtime.events as events_module
     import stead.runtime.runtime as runtime_module
 
-    reads: list[str] = []
-    original = runtime_module._read_outcome
-
-    def counted(tx: object, run_id: str) -> object:
-        reads.append(run_id)
-        return original(tx, run_id)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(runtime_module, "_read_outcome", counted)
+    reads = counted_outcome_reads(monkeypatch, runtime_module)
     gate = asyncio.Event()
 
     @stead.tool(recovery="safe", blocking=False)
