@@ -723,7 +723,8 @@ async def test_a_waiter_on_a_worker_that_lost_the_lease_hears_the_end_the_other_
     """result() of a run executing here waits for its end without reading the journal. If this
     worker's heartbeat stalls past the lease and another worker finishes the run while the
     execution here hangs, unaware, the waiter here still hears of the end: after a lease's
-    time without one, it reads the journal."""
+    time without one, it reads the journal. The next heartbeat that gets through stops the
+    execution here."""
     calls: list[int] = []
 
     @stead.tool(recovery="safe", blocking=False)
@@ -738,9 +739,13 @@ async def test_a_waiter_on_a_worker_that_lost_the_lease_hears_the_end_the_other_
     app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[look])])
     lease = 1.0
     stalling = _store(schema, lease_seconds=lease)
+    stalled = True
+    extend = stalling.extend_leases
 
     async def heartbeat(claims: Any) -> set[str]:
-        return set()  # its round trips never arrive: nothing extended, nothing heard
+        if stalled:  # its round trips never arrive: nothing extended, nothing heard
+            return set()
+        return await extend(claims)
 
     stalling.extend_leases = heartbeat
     async with await app.open(stalling) as here:
@@ -753,6 +758,14 @@ async def test_a_waiter_on_a_worker_that_lost_the_lease_hears_the_end_the_other_
             assert finished.output == "Done." and len(calls) == 2
             heard = await asyncio.wait_for(waiter, 3 * lease)
             assert heard.output == "Done." and heard.run_id == run.id
+            # The heartbeat that gets through hears that another worker took the run over
+            # (and let it go since): the hung execution stops, and its slot is free again.
+            stalled = False
+            for _ in range(int(30 * lease)):
+                if run.id not in here._scheduler.active:
+                    break
+                await asyncio.sleep(0.1)
+            assert run.id not in here._scheduler.active
 
 
 async def test_a_waiter_for_a_run_elsewhere_reads_when_a_notification_says_so(

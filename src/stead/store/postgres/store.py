@@ -344,8 +344,9 @@ class PostgresStore:
 
     async def extend_leases(self, claims: Sequence[Claim]) -> set[str]:
         """Heartbeat: extend the lease of every claim still held; returns the runs another
-        worker holds now (a run that left ``running`` is finishing here, or was cancelled,
-        which its notification reports)."""
+        worker took over since (it holds them now, or held them and let them go: finished
+        them, say). A run that left ``running`` under the claim is finishing here, or was
+        cancelled, which its notification reports."""
         if not claims:
             return set()
         return await self._open_writer().submit(
@@ -369,12 +370,17 @@ class PostgresStore:
         for claim in claims:
             if claim.run_id in extended:
                 tx.extended(claim, sent)
-        missing = [c.run_id for c in claims if c.run_id not in extended]
+        missing = [c for c in claims if c.run_id not in extended]
         if not missing:
             return set()
+        # A run that left `running` under this claim has the next epoch and no holder (it ended
+        # or parked here, or was cancelled, which its notification reports). Any other worker
+        # holding it now, or having held it since (an epoch further on), took it over.
         taken = tx.execute(
-            "SELECT id FROM stead_runs WHERE id = ANY(?) AND claimed_by IS NOT NULL",
-            (missing,),
+            "SELECT s.id FROM stead_runs AS s "
+            "JOIN unnest(?::text[], ?::bigint[]) AS c(id, epoch) ON s.id = c.id "
+            "WHERE s.claimed_by IS NOT NULL OR s.claim_epoch > c.epoch + 1",
+            ([c.run_id for c in missing], [c.epoch for c in missing]),
         ).fetchall()
         return {row[0] for row in taken}
 
