@@ -4,6 +4,7 @@ declared ``blocking=False``."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -304,41 +305,126 @@ linux_affinity = pytest.mark.skipif(
 )
 
 
-@linux_affinity
-async def test_an_idle_thread_wakes_on_the_loops_cpu_and_runs_the_call_on_any(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Waking a thread on an idle CPU costs tens of microseconds each way on a small virtual
-    machine: the loop asks for the thread to be woken on its own CPU. The call itself must not
-    be confined there (a tool that computes without the interpreter lock would lose the other
-    CPUs): the thread lifts the restriction before it runs the function."""
+class _Placing:
+    """Every ``sched_setaffinity`` call recorded as (thread, CPUs), and the loop's thread kept
+    on one CPU on request, so that where it runs cannot move between calls."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.everywhere = os.sched_getaffinity(0)
+        self.pins: list[tuple[int, set[int]]] = []
+        self.plain = os.sched_setaffinity
+
+    def record(self, pid: int, cpus: Any) -> None:
+        self.pins.append((pid, set(cpus)))
+        self.plain(pid, cpus)
+
+    def keep_loop_here(self) -> set[int]:
+        """Keep the loop's thread on the CPU it runs on now (after the pool's threads exist:
+        a thread starts with its creator's CPUs)."""
+        from stead import _threads
+
+        getcpu = _threads._cpu()
+        assert getcpu is not None
+        here = {getcpu()}
+        self.plain(0, here)
+        return here
+
+
+@pytest.fixture
+def placing(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Placing]:
     import os
 
     from stead import _threads
 
     monkeypatch.setattr(_threads, "_pool", _threads._Pool())
-    allowed = os.sched_getaffinity(0)
-    pins: list[tuple[int, set[int]]] = []
-    plain = os.sched_setaffinity
+    placing = _Placing()
+    monkeypatch.setattr(os, "sched_setaffinity", placing.record)
+    try:
+        yield placing
+    finally:
+        placing.plain(0, placing.everywhere)
 
-    def recorded(pid: int, cpus: Any) -> None:
-        pins.append((pid, set(cpus)))
-        plain(pid, cpus)
 
-    monkeypatch.setattr(os, "sched_setaffinity", recorded)
+def _where() -> tuple[int, set[int]]:
+    import os
 
-    def where() -> tuple[int, set[int]]:
-        return threading.get_native_id(), os.sched_getaffinity(0)
+    return threading.get_native_id(), os.sched_getaffinity(0)
 
-    first, during_first = await _threads.run_in_thread(where)  # starts the thread: no pin
-    assert pins == [] and during_first == allowed
-    second, during_second = await _threads.run_in_thread(where)  # wakes the idle one
-    assert second == first
-    assert during_second == allowed  # lifted before the call ran
-    woken_at = [cpus for pid, cpus in pins if pid == first]
-    assert len(woken_at) == 1 and len(woken_at[0]) == 1 and woken_at[0] <= allowed
-    assert (0, allowed) in pins  # the thread lifted it itself
-    assert os.sched_getaffinity(first) == allowed  # and stays free while idle
+
+@linux_affinity
+async def test_a_thread_wakes_on_the_loops_cpu_and_stays_there_between_quick_calls(
+    placing: _Placing,
+) -> None:
+    """Waking a thread on an idle CPU costs tens of microseconds each way on a small virtual
+    machine: the loop asks for the thread to be woken on its own CPU, once. The thread stays
+    there between quick calls, so later hand-offs make no system call for it."""
+    import os
+
+    from stead import _threads
+
+    first, during_first = await _threads.run_in_thread(_where)  # starts the thread: no pin
+    assert placing.pins == [] and during_first == placing.everywhere
+    here = placing.keep_loop_here()
+    for _ in range(5):
+        again, during = await _threads.run_in_thread(_where)  # wakes the idle one
+        assert again == first and during == here
+    assert placing.pins == [(first, here)]  # pinned once, for all five
+    assert os.sched_getaffinity(first) == here  # and there it waits for the next call
+
+
+@linux_affinity
+async def test_a_call_that_runs_long_is_let_run_on_any_cpu(
+    placing: _Placing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call must not keep the loop's CPU for long (a tool that computes without the
+    interpreter lock would share one CPU with the loop while the other idles): after
+    ``SHARE`` seconds its thread may run anywhere again."""
+    import os
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "SHARE", 0.05)
+    thread, _ = await _threads.run_in_thread(_where)  # starts the thread
+    here = placing.keep_loop_here()
+
+    def long() -> tuple[set[int], set[int]]:
+        early = os.sched_getaffinity(0)
+        time.sleep(0.5)
+        return early, os.sched_getaffinity(0)
+
+    early, late = await _threads.run_in_thread(long)
+    assert early == here  # woken on the loop's CPU
+    assert late == placing.everywhere  # then let go while it still ran
+    assert placing.pins == [(thread, here), (thread, placing.everywhere)]
+
+
+@linux_affinity
+async def test_calls_side_by_side_are_not_kept_on_the_loops_cpu(
+    placing: _Placing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls that run at once each get the whole machine: the one woken on the loop's CPU is
+    let go when another starts, however short a time it has run."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "SHARE", 60.0)
+    meet = threading.Barrier(2)
+
+    def both() -> set[int]:
+        meet.wait(10)
+        return _where()[1]
+
+    two = (_threads.run_in_thread(both), _threads.run_in_thread(both))
+    await asyncio.wait_for(asyncio.gather(*two), 20)  # starts two threads
+    placing.keep_loop_here()
+    two = (_threads.run_in_thread(both), _threads.run_in_thread(both))
+    seen = await asyncio.wait_for(asyncio.gather(*two), 20)
+    assert seen == [placing.everywhere, placing.everywhere]
+    assert placing.pins  # the first was woken on the loop's CPU, then let go
 
 
 @linux_affinity

@@ -22,10 +22,13 @@ Where the thread wakes matters as much. A thread woken on an idle CPU waits for 
 come out of its sleep, which on a small virtual machine costs tens of microseconds each way, and
 the loop is woken there too when the call ends. On Linux the loop asks for the thread to be woken
 on the CPU the loop itself runs on (it will sleep there, waiting for the outcome, and the hand-off
-and the way back become switches on one CPU); the thread lifts that restriction before it runs
-the call, so the function itself runs wherever the kernel puts it, the second CPU included. In a
-100-turn run this took a synchronous tool's hand-off from about 180 to about 70 µs a call. The
-writer's flush thread is woken the same way (:class:`Placement`).
+and the way back become switches on one CPU). In a 100-turn run this took a synchronous tool's
+hand-off from about 180 to about 70 µs a call. The thread stays there between calls, so that
+while the loop keeps to its CPU a hand-off makes no system call for it. A call that runs
+:data:`SHARE` seconds, or beside another call, is let run on any CPU: a function that computes
+without the interpreter's lock gets a CPU of its own, and calls side by side are not confined
+to one. The writer's flush thread is woken the same way, and lifts the restriction itself before
+it flushes (:class:`Placement`).
 
 The threads are daemons: an interpreter that exits while a function still runs does not wait
 for it, which is what a crash would do too — the journal decides what happens to that call when
@@ -54,13 +57,16 @@ MAX_THREADS = 32
 #: Seconds a call waits behind a thread that has just started another call before a thread of
 #: its own is woken for it.
 PATIENCE = 0.001
+#: Seconds a call may run on the loop's CPU (where its thread was woken) before its thread is
+#: let run on any CPU.
+SHARE = 0.001
 
 
 class _Mailbox:
     """The outcomes of one loop's calls, delivered in batches: one wake-up of the loop settles
     every outcome that arrived before it ran."""
 
-    __slots__ = ("loop", "outcomes", "rescuing", "waking")
+    __slots__ = ("loop", "outcomes", "rescuing", "waking", "watching")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -70,6 +76,8 @@ class _Mailbox:
         #: The pools with a look scheduled at this loop's calls waiting behind a busy thread of
         #: theirs (on the loop).
         self.rescuing: set[_Pool] = set()
+        #: The pools with a look scheduled at calls running on this loop's CPU (on the loop).
+        self.watching: set[_Pool] = set()
 
     def post(self, future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
         """On a worker thread: hand an outcome to the loop."""
@@ -174,16 +182,17 @@ def _cpu() -> Callable[[], int] | None:
 class Placement:
     """Where one thread wakes. Before handing work to the thread (idle, waiting for it) and
     waiting for the answer, the handing thread asks for it to be woken on the CPU the handing
-    thread runs on (:meth:`wake_here`); the thread lifts that as it wakes (:meth:`lift`), so
-    the work itself runs wherever the kernel puts it. See the module docstring for why. Where
-    the kernel refuses (a CPU set that forbids it), no thread is placed any more."""
+    thread runs on (:meth:`wake_here`); the restriction is lifted (:meth:`lift` on the thread,
+    :meth:`free` from any thread) once the work could use a CPU of its own. See the module
+    docstring for why. Where the kernel refuses (a CPU set that forbids it), no thread is
+    placed any more."""
 
-    __slots__ = ("allowed", "pinned", "tid")
+    __slots__ = ("allowed", "cpu", "tid")
 
     def __init__(self) -> None:
         self.tid = 0  # the thread's native id, once bound
         self.allowed: set[int] = set()  # the CPUs it may run on, once bound
-        self.pinned = False  # restricted to one CPU for its next wake-up
+        self.cpu = -1  # the one CPU it is restricted to, or -1
 
     def bind(self) -> None:
         """On the thread itself, before it first waits for work."""
@@ -191,27 +200,38 @@ class Placement:
             self.allowed = os.sched_getaffinity(0)
             self.tid = threading.get_native_id()
 
-    def wake_here(self) -> None:
-        """On the thread about to hand work to the idle bound thread and wait for it."""
+    def wake_here(self) -> bool:
+        """On the thread about to hand work to the idle bound thread and wait for it: whether
+        the thread is now restricted to this CPU (it may be already: no system call then)."""
         global _getcpu
         getcpu = _cpu()
         if not self.tid or getcpu is None:
-            return
+            return False
         cpu = getcpu()
         if cpu < 0:  # the kernel could not say: wake it wherever
-            return
+            return False
+        if cpu == self.cpu:
+            return True
         try:
             os.sched_setaffinity(self.tid, (cpu,))
         except (OSError, ValueError):
             _getcpu = None
-        else:
-            self.pinned = True
+            return False
+        self.cpu = cpu
+        return True
+
+    def free(self) -> None:
+        """From any thread: let the bound thread run on any of its CPUs again."""
+        if self.cpu >= 0:
+            self.cpu = -1
+            # Refused only if the process's CPU set changed since: the kernel's choice stands.
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(self.tid, self.allowed)
 
     def lift(self) -> None:
         """On the bound thread, as it wakes with work: free to run on any of its CPUs."""
-        if self.pinned:
-            self.pinned = False
-            # Refused only if the process's CPU set changed since: the kernel's choice stands.
+        if self.cpu >= 0:
+            self.cpu = -1
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self.allowed)
 
@@ -225,11 +245,12 @@ class Placement:
 class _Worker:
     """One thread of the pool: the queue it waits on, and where it wakes."""
 
-    __slots__ = ("inbox", "placement")
+    __slots__ = ("inbox", "placement", "since")
 
     def __init__(self) -> None:
         self.inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()
         self.placement = Placement()
+        self.since = 0.0  # when the call it runs on the loop's CPU started (monotonic)
 
 
 class _Pool:
@@ -242,6 +263,8 @@ class _Pool:
         self.busy = 0  # threads running a call
         #: Until when the call a thread started last counts as just started (monotonic).
         self.fresh_until = 0.0
+        #: The threads running a call on the CPU of the loop that handed it over.
+        self.sharing: list[_Worker] = []
 
     def start(self, call: _Call) -> None:
         now = time.monotonic()
@@ -285,16 +308,32 @@ class _Pool:
 
     def _hand(self, call: _Call, now: float) -> bool:
         """Under the lock: give ``call`` to the warmest idle thread or to a new one; False if
-        every thread there may be is busy."""
+        every thread there may be is busy.
+
+        A call that runs alone is woken on the loop's CPU and stays there, as its thread does
+        between calls (no system call at all while the loop stays on one CPU), until it has
+        run :data:`SHARE` seconds (:meth:`watch`). Calls that run side by side each get the
+        whole machine."""
         if self.idle:
             worker = self.idle.pop()
-            worker.placement.wake_here()
+            if self.busy:
+                worker.placement.free()
+                self._share_no_more()
+            elif worker.placement.wake_here():
+                worker.since = now
+                self.sharing.append(worker)
+                box = call.mailbox
+                if self not in box.watching:  # one timer a loop and pool
+                    box.watching.add(self)
+                    box.loop.call_later(SHARE, self.watch, box)
         elif self.threads < MAX_THREADS:
             self.threads += 1
             worker = _Worker()
             threading.Thread(
                 target=self._work, args=(worker,), name=f"{self.name}-{self.threads}", daemon=True
             ).start()
+            if self.busy:
+                self._share_no_more()
         else:
             return False
         self.busy += 1
@@ -302,22 +341,50 @@ class _Pool:
         worker.inbox.put(call)
         return True
 
+    def _share_no_more(self) -> None:
+        """Under the lock: more than one call runs; none stays on the CPU it was woken on."""
+        for worker in self.sharing:
+            worker.placement.free()
+        self.sharing.clear()
+
+    def watch(self, box: _Mailbox) -> None:
+        """On a loop, :data:`SHARE` after a call started on its CPU: each call that has run
+        that long may run on any CPU (a function that computes without the interpreter's
+        lock would otherwise take the loop's CPU from it). Look again when the next call on
+        the loop's CPU has run that long."""
+        box.watching.discard(self)
+        now = time.monotonic()
+        with self.lock:
+            sharing = []
+            for worker in self.sharing:
+                if worker.since + SHARE <= now:
+                    worker.placement.free()
+                else:
+                    sharing.append(worker)
+            self.sharing = sharing
+            first = min((worker.since for worker in sharing), default=None)
+        if first is not None:
+            box.watching.add(self)
+            box.loop.call_later(first + SHARE - now, self.watch, box)
+
     def _work(self, worker: _Worker) -> None:
         placement = worker.placement
         placement.bind()  # before the first call ends, so before the thread idles
         inbox = worker.inbox
         call = inbox.get()
         while True:  # a daemon: it ends with the interpreter
-            placement.lift()  # woken on the loop's CPU: the call runs wherever it may
             outcome = call.run()
             # Idle (or on to the backlog) before the caller hears back, so that the call it
             # makes next finds this thread free instead of starting another.
             with self.lock:
+                if placement.cpu >= 0 and worker in self.sharing:
+                    self.sharing.remove(worker)
                 following = self.backlog.popleft() if self.backlog else None
                 if following is None:
                     self.busy -= 1
                     self.idle.append(worker)
                 else:
+                    placement.free()  # calls queue up: they run side by side with others
                     self.fresh_until = time.monotonic() + PATIENCE
             call.deliver(outcome)
             call = following if following is not None else inbox.get()
