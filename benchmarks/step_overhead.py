@@ -26,13 +26,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 import stead
 from stead.testing import ScriptedModel
+
+JSON = Any
 
 TARGETS = {
     ("safe", "barriers"): 0.5,
@@ -59,8 +63,12 @@ def bare_commit_ms(folder: Path, count: int = 2000) -> float:
     return elapsed / count * 1000
 
 
-def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
-    """ms per step of a run written by hand: what stead's journal work costs with no engine."""
+def _floor_steps(
+    folder: Path, tool_calls: int, recovery: str
+) -> Generator[int, JSON | None, float]:
+    """The Python floor's run, step by step: it yields each turn's number where the tool runs,
+    takes the tool's output (None: none was called, ``{"i": turn}`` is written) and returns ms
+    per step."""
     path = folder / f"floor-{recovery}-{time.perf_counter_ns()}.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -82,7 +90,8 @@ def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
         row(f"model:{turn}", {"tool_calls": [{"name": "lookup", "arguments": {"i": turn}}]})
         if recovery == "manual":
             os.fdatasync(wal)  # barrier: the intent is on disk before the effect
-        row(f"tool:{turn}", {"output": {"i": turn}})
+        output = yield turn
+        row(f"tool:{turn}", {"output": {"i": turn} if output is None else output})
         if recovery == "manual":
             os.fdatasync(wal)  # barrier: the result is on disk before the run builds on it
     row(f"model:{tool_calls + 1}", {"text": "done"})
@@ -91,6 +100,35 @@ def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
     os.close(wal)
     conn.close()
     return elapsed / (2 * tool_calls + 1) * 1000
+
+
+def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
+    """ms per step of a run written by hand: what stead's journal work costs with no engine."""
+    steps = _floor_steps(folder, tool_calls, recovery)
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return float(done.value)
+
+
+def _lookup(i: int) -> dict[str, int]:
+    return {"i": i}
+
+
+async def python_floor_handoff_ms(
+    folder: Path, tool_calls: int, handoff: Callable[..., Awaitable[JSON]]
+) -> float:
+    """ms per step of the Python floor written as a coroutine whose tool, a plain function, is
+    called through ``handoff(fn, *args)`` (``asyncio.to_thread``, say): what handing a
+    synchronous tool to a thread costs before any journal work of an engine."""
+    steps = _floor_steps(folder, tool_calls, "safe")
+    try:
+        turn = next(steps)
+        while True:
+            turn = steps.send(await handoff(_lookup, turn))
+    except StopIteration as done:
+        return float(done.value)
 
 
 def python_floor_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:

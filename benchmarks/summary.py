@@ -8,8 +8,10 @@ with ``synchronous=NORMAL``, the WAL fdatasync'd only at the barriers: the submi
 end, and around each ``manual`` tool). The tool is a plain synchronous function, as most tools
 are written; the ``blocking=False`` rows declare that it never waits, so it runs on the event
 loop. Floor and stead run alternately, several times each, and the median of the pairs' ratios
-is printed, so that the machine's drift hits both alike. The peers (DBOS, LangGraph) run the same
-10-tool-call loop side by side (see peers.py).
+is printed, so that the machine's drift hits both alike. Two rows without a target measure what
+handing the tool to a thread costs alone: the floor written as a coroutine that calls its tool
+through stead's hand-off, and through ``asyncio.to_thread``. The peers (DBOS, LangGraph) run
+the same 10-tool-call loop side by side (see peers.py).
 Targets are printed as PASS/MISS, never asserted: a slow disk reports a MISS, not a failure.
 """
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import peers
 import scale
 import step_overhead
+from stead._threads import run_in_thread
 
 TURNS = 100  # tool calls of the long sequential runs
 SHORT = 10  # tool calls of the short runs (21 steps, as in peers.py)
@@ -82,6 +85,21 @@ async def stead_figures(folder: Path, runs: int, table: Table) -> None:
         floors.setdefault("Python floor: 100-turn run, safe tools", floor)
         label = "" if blocking else ", blocking=False"
         ratios.append((f"safe step (100-turn run{label}) ÷ Python floor", "≤ 3x", ratio))
+    # What handing a plain function to a thread costs alone: the floor itself as a coroutine
+    # whose tool is called through a hand-off; no target, a yardstick for the rows above.
+    handoffs: list[tuple[str, float]] = []
+    for name, handoff in (
+        ("stead's thread hand-off", run_in_thread),
+        ("asyncio.to_thread", asyncio.to_thread),
+    ):
+        _, _, ratio = await _paired(
+            floor_long,
+            lambda handoff=handoff: step_overhead.python_floor_handoff_ms(  # type: ignore[misc]
+                folder, TURNS, handoff
+            ),
+            7,
+        )
+        handoffs.append((f"… Python floor with {name} ÷ Python floor", ratio))
     floor, _, ratio = await _paired(
         floor_short, lambda: step_overhead.short_runs_ms(folder, SHORT, 1), max(runs, 5)
     )
@@ -98,6 +116,9 @@ async def stead_figures(folder: Path, runs: int, table: Table) -> None:
         table.add_row(figure, f"{value * 1000:.1f} µs/step", "", "")
     for figure, target, ratio in ratios:
         _row(table, figure, ratio, "x", target, ratio <= float(target[2:-1]))
+        if figure.startswith("safe step (100-turn run) "):
+            for note, value in handoffs:
+                table.add_row(note, f"{value:,.2f}x", "", "")
     # Median of three: one sample of a 0.2-second burst moves by a fifth from run to run.
     rate = statistics.median(
         [await step_overhead.concurrent_steps_per_second(folder, 100, SHORT) for _ in range(3)]
