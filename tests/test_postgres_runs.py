@@ -599,6 +599,63 @@ async def test_a_submission_asks_for_the_event_counter_with_what_it_decides_on(
         assert any("INSERT INTO stead_runs" in sql for sql in flight[first_answer:])
 
 
+async def test_a_runtimes_own_command_runs_on_its_idle_writers_connection(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime's own submission, while its writer has nothing in flight or queued, is applied
+    on the writer's connection (open and warm, where a pool connection may be new), and its
+    commit is flushed before it is acknowledged although that connection commits the runs'
+    steps with ``synchronous_commit = off``. While the writer is busy, a submission goes to
+    the pool and does not wait behind the writer."""
+    import threading
+
+    from stead.store.postgres import client, wire
+
+    used: list[tuple[Any, list[str]]] = []
+    apply, execute = client.PostgresClient._apply, wire.Wire.execute
+    statements: dict[int, list[str]] = {}
+
+    def recorded_apply(self: Any, conn: Any, *args: Any) -> Any:
+        statements[threading.get_ident()] = sent = []
+        try:
+            return apply(self, conn, *args)
+        finally:
+            used.append((conn, sent))
+            del statements[threading.get_ident()]
+
+    def recorded_execute(self: Any, sql: str, params: Any = ()) -> Any:
+        statements.get(threading.get_ident(), []).append(sql)
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(client.PostgresClient, "_apply", recorded_apply)
+    monkeypatch.setattr(wire.Wire, "execute", recorded_execute)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 2))])
+    store = _store(schema)
+    async with await app.open(store) as runtime:
+        run = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+        ((conn, sent),) = used
+        assert conn is store._writer._conn
+        assert sent[:2] == ["BEGIN", "SET LOCAL synchronous_commit = on"], sent
+
+        # The writer busy with a read that waits: the next submission is not held up by it.
+        release = threading.Event()
+        blocked = store.read(lambda tx: release.wait(30))
+        try:
+            second = await asyncio.wait_for(
+                runtime.submit("a", session_id="s2", request_id="r", prompt="go"), 10
+            )
+            assert used[1][0] is not store._writer._conn
+            assert not blocked.done()
+        finally:
+            release.set()
+        await blocked
+        assert (await second.result()).output == "done"
+    async with stead.Client(_store(schema)) as reader:
+        statuses = [(await reader.run_record(r.id)).status for r in (run, second)]
+    assert statuses == [stead.RunStatus.COMPLETED] * 2
+
+
 async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

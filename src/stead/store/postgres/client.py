@@ -8,7 +8,8 @@ advisory lock) — so it and a worker's fenced write to that run, or another com
 after the other, and each statement sees what committed before it (``READ COMMITTED``). A
 command that collides with another transaction (a deadlock, a duplicate key raced in) is run
 again from the start. Its statements go through libpq's pipeline (:class:`~.wire.Wire`): it
-waits for the server where it reads, and once for its last writes and the commit.
+waits for the server where it reads, and once for its last writes and the commit. A runtime's
+own command runs on its writer's connection instead when the writer is idle (``store.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..._ids import jitter
@@ -111,12 +112,16 @@ class PostgresClient:
         timeout: float = 30.0,
         claim_for: str | None = None,
         begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None = None,
+        on: tuple[Any, Wire] | None = None,
     ) -> Applied:
         """Apply ``command`` in its own transaction, run again while it collides (blocking).
         With ``claim_for`` (a worker's id), a run the command submits at its session's head is
         claimed for that worker in the same transaction, and its claim returned; with
         ``begin`` too, ``begin(tx, run_id, fresh)`` begins its execution there, and its answer
-        is returned (``fresh``: the command inserted the run and wrote nothing else of it)."""
+        is returned (``fresh``: the command inserted the run and wrote nothing else of it).
+        ``on``: a connection and its wire to use instead of one of the pool's (the runtime's
+        writer's, while it is idle). The commit is flushed to disk before this returns (a
+        command is acknowledged), whatever the connection's own ``synchronous_commit``."""
         import psycopg.errors as pg
         from psycopg_pool import PoolTimeout
 
@@ -126,10 +131,10 @@ class PostgresClient:
         retryable = (pg.SerializationFailure, pg.DeadlockDetected, pg.UniqueViolation, Forgotten)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                with self._pool.connection(timeout=timeout) as conn:
+                with self._connection(on, timeout) as (conn, wire):
                     return self._store.guarded(
                         lambda: self._apply(
-                            conn, command, version_of, max_pending, claim_for, begin
+                            conn, wire, command, version_of, max_pending, claim_for, begin
                         ),
                         passing=retryable,
                     )
@@ -148,9 +153,21 @@ class PostgresClient:
             f"{self._store.where} {ATTEMPTS} times; nothing of it was kept — try again"
         )
 
+    @contextlib.contextmanager
+    def _connection(
+        self, on: tuple[Any, Wire] | None, timeout: float
+    ) -> Iterator[tuple[Any, Wire]]:
+        """``on``, or a connection of the pool (waiting up to ``timeout``) and its wire."""
+        if on is not None:
+            yield on
+            return
+        with self._pool.connection(timeout=timeout) as conn:
+            yield conn, self._wire(conn)
+
     def _apply(
         self,
         conn: Any,
+        wire: Wire,
         command: Command,
         version_of: transitions.VersionOf | None,
         max_pending: int | None,
@@ -158,12 +175,12 @@ class PostgresClient:
         begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None,
     ) -> Applied:
         store = self._store
-        wire = self._wire(conn)
         tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
         wire.open()
         tx.pipeline = wire  # the command waits for the server where it reads, and at its end
         try:
             tx.execute("BEGIN")
+            tx.execute("SET LOCAL synchronous_commit = on")
             if (
                 version_of is None
                 and isinstance(command, Submit | SubmitTask)

@@ -430,8 +430,11 @@ class PostgresStore:
         claim: bool = False,
         begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None = None,
     ) -> tuple[JSON, Claim | None, transitions.Begun | None]:
-        """Apply a command for a runtime: its own transaction on the pool, and a notification
-        (see :mod:`.client`). With ``claim``, a run it submits at its session's head is
+        """Apply a command for a runtime: its own transaction, and a notification (see
+        :mod:`.client`). The transaction runs on the writer's connection when the writer is
+        idle (:meth:`PostgresWriter.alone`) — open, and warm from the runtime's own work,
+        where a pool connection may be new — and on the pool otherwise, so that commands never
+        wait behind the runs' writes. With ``claim``, a run it submits at its session's head is
         claimed for this worker in the same transaction (its claim is returned): the runtime
         starts it without asking again, and the other workers are not woken for it. With
         ``begin`` too, its execution begins in that transaction as well (``begin(tx, run_id,
@@ -440,7 +443,7 @@ class PostgresStore:
         if self._client is None:
             await asyncio.to_thread(self.client_open)
         assert self._client is not None
-        applied = await run_store_call(
+        apply = functools.partial(
             self._client.apply,
             command,
             version_of,
@@ -448,6 +451,10 @@ class PostgresStore:
             claim_for=self.worker if claim else None,
             begin=begin,
         )
+        alone = None
+        if self._writer is not None:
+            alone = self._writer.alone(lambda conn, wire: apply(on=(conn, wire)))
+        applied = await alone if alone is not None else await run_store_call(apply)
         if applied.sequence is not None and self._writer is not None:
             self._writer.observe_sequence(applied.sequence)
         return applied.answer, applied.claim, applied.begun

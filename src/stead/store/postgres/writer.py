@@ -143,6 +143,40 @@ class PostgresWriter:
         self._loop.call_soon(self._dispatch)
         return future
 
+    def alone(self, fn: Callable[[Any, Wire], T]) -> asyncio.Future[T] | None:
+        """``fn(connection, wire)`` on the writer's thread and connection, as a batch of its own
+        (it runs its own transaction), if the writer is idle: nothing in flight, queued or
+        poisoned; else ``None``, and nothing was done. Jobs queued meanwhile wait for it, as
+        they would for a batch. For a runtime's own command while it writes nothing: the
+        writer's connection is open and warm, where a connection of the pool may be new."""
+        if self._in_flight or self._pending or self._scheduled or self.poisoned is not None:
+            return None
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._in_flight = True
+        self._idle.clear()
+
+        def run() -> None:
+            try:
+                result = fn(self._conn, self._wire)
+            except BaseException as exc:
+                self._loop.call_soon_threadsafe(self._alone_done, future, None, exc)
+                return
+            self._loop.call_soon_threadsafe(self._alone_done, future, result, None)
+
+        self._executor.submit(run)
+        return future
+
+    def _alone_done(
+        self, future: asyncio.Future[Any], result: Any, error: BaseException | None
+    ) -> None:
+        self._in_flight = False
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+        self._dispatch()
+
     def observe_sequence(self, sequence: int) -> None:
         """Another transaction of this process (a command on the pool) committed, leaving the
         sequence counter at ``sequence``. The counter only grows, so the larger of what this
