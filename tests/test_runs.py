@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -428,6 +429,48 @@ async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
         assert await runtime.get_run(run.id).status() is stead.RunStatus.CANCELLED
         with pytest.raises(stead.ConflictError, match="only failed and needs_attention"):
             await runtime.get_run(run.id).retry()
+
+
+async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_journal_holds(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction that submits a run and begins it knows what it wrote: the run it begins
+    from is not read back after its ``running`` status is written, and it is equal, field for
+    field and to the journal's precision, to what reading it back gives."""
+    from stead.journal import transitions
+
+    begin = transitions.begin
+    begun: list[tuple[stead.Run, stead.Run | None, int]] = []
+
+    def recorded_begin(tx: Any, run_id: str, *args: Any, **options: Any) -> Any:
+        reads = 0
+        get_run = tx.get_run
+
+        def counted_get_run(wanted: str) -> Any:
+            nonlocal reads
+            reads += 1
+            return get_run(wanted)
+
+        tx.get_run = counted_get_run
+        try:
+            found = begin(tx, run_id, *args, **options)
+        finally:
+            del tx.get_run
+        if found is not None:
+            begun.append((found.run, get_run(run_id), reads))
+        return found
+
+    monkeypatch.setattr(transitions, "begin", recorded_begin)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"]))])
+    async with await app.open(open_store(db)) as runtime:
+        for n in range(2):  # the second takes the first's conversation as its history
+            run = await runtime.submit("a", session_id="s", request_id=f"r{n}", prompt="go")
+            assert (await run.result()).output == "done"
+    assert len(begun) == 2
+    for run, stored, reads in begun:
+        assert reads == 0
+        assert run == stored
+    assert begun[1][0].history_run == begun[0][0].id
 
 
 async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_first(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,13 +115,29 @@ def begin(
     )
     operations: list[Operation] = []
     interactions: list[Interaction] = []
-    if fresh:
+    run: Run | None
+    if fresh and migrated_from is None:
+        run = _as_updated(current, fields, tx.now())  # not read back: nothing else changed
+    elif fresh:
         run = tx.get_run(run_id)
     else:
         run, operations, interactions = tx.run_journal(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)
+
+
+def _as_updated(run: Run, fields: dict[str, object], now: datetime) -> Run:
+    """``run`` as ``tx.update_run(run.id, **fields)`` leaves it in the journal, when ``fields``
+    are a begin's (a status, timestamps, the history's head, length and run): what reading it
+    back would give, timestamps at the journal's precision included (``now``: the
+    transaction's time, which the update stamps)."""
+    changed: dict[str, Any] = {"updated_at": datetime.fromisoformat(iso(now))}
+    for name, value in fields.items():
+        if isinstance(value, datetime):
+            value = datetime.fromisoformat(iso(value))
+        changed[name] = value
+    return dataclasses.replace(run, **changed)
 
 
 def apply_and_begin(
