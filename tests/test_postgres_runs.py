@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import stead
-from stead.testing import ScriptedModel
+from stead.testing import FunctionModel, ScriptedModel
 
 from ._journal import submission
 from .conftest import counted_outcome_reads, paused_app
@@ -654,6 +654,55 @@ async def test_a_runtimes_own_command_runs_on_its_idle_writers_connection(
     async with stead.Client(_store(schema)) as reader:
         statuses = [(await reader.run_record(r.id)).status for r in (run, second)]
     assert statuses == [stead.RunStatus.COMPLETED] * 2
+
+
+async def test_the_loop_looks_for_the_answer_to_a_waited_for_batch_only_while_alone(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one run executes, a batch the run waits for (its model call's intent) has the
+    server's answer looked for on the loop before the loop sleeps; while two execute, the
+    loop has other work and no batch does."""
+    from stead.store.postgres import wire
+    from stead.store.postgres.writer import PostgresWriter
+
+    spins: list[tuple[str, float]] = []
+    finish_soon = wire.Wire.finish_soon
+    phase = "one"
+
+    def recorded(self: Any, loop: Any, done: Any, *, spin: float = 0.0) -> None:
+        spins.append((phase, spin))
+        finish_soon(self, loop, done, spin=spin)
+
+    monkeypatch.setattr(wire.Wire, "finish_soon", recorded)
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    @stead.tool(recovery="safe", blocking=False)
+    async def hold() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "held"
+
+    def answer(request: stead.ModelRequest) -> object:
+        if request.messages[-1].kind == "user" and request.messages[-1].content == "hold":
+            return [stead.ToolCall(name="hold", arguments={}, id="c1")]
+        return "done"
+
+    agent = stead.Agent(id="a", version="1", model=FunctionModel(answer), tools=[hold])
+    async with await stead.App(agents=[agent]).open(_store(schema)) as runtime:
+        first = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
+        assert (await first.result()).output == "done"
+        held = await runtime.submit("a", session_id="s2", request_id="r", prompt="hold")
+        await entered.wait()
+        phase = "two"
+        second = await runtime.submit("a", session_id="s3", request_id="r", prompt="go")
+        assert (await second.result()).output == "done"
+        phase = "after"
+        gate.set()
+        assert (await held.result()).output == "done"
+    assert any(spin == PostgresWriter.spin > 0 for seen, spin in spins if seen == "one"), spins
+    beside = [spin for seen, spin in spins if seen == "two"]
+    assert beside != [] and set(beside) == {0.0}, spins
 
 
 async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(

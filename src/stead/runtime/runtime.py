@@ -147,7 +147,7 @@ class Runtime(Client):
         await asyncio.to_thread(store.acquire, loop, runtime._hub.committed, runtime._failed)
         runtime._opened = True
         flush_here_when = getattr(store, "flush_here_when", None)
-        if callable(flush_here_when):  # one run or none executing: the loop may flush itself
+        if callable(flush_here_when):  # one run or none executing: the loop may wait itself
             flush_here_when(runtime._scheduler.alone)
         if runtime.shared:
             shared = cast(SharedStore, store)

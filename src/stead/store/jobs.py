@@ -33,6 +33,8 @@ class Job(Generic[T]):
     fence: Claim | None = None
     result: Any = None
     error: BaseException | None = None
+    #: Nobody waits for it: it rides along with the next commit someone waits for.
+    lazy: bool = False
 
 
 class _Savepoints(Protocol):

@@ -432,7 +432,7 @@ class PostgresStore:
     ) -> tuple[JSON, Claim | None, transitions.Begun | None]:
         """Apply a command for a runtime: its own transaction, and a notification (see
         :mod:`.client`). The transaction runs on the writer's connection when the writer is
-        idle (:meth:`PostgresWriter.alone`) — open, and warm from the runtime's own work,
+        idle (:meth:`PostgresWriter.run_alone`) — open, and warm from the runtime's own work,
         where a pool connection may be new — and on the pool otherwise, so that commands never
         wait behind the runs' writes. With ``claim``, a run it submits at its session's head is
         claimed for this worker in the same transaction (its claim is returned): the runtime
@@ -451,10 +451,10 @@ class PostgresStore:
             claim_for=self.worker if claim else None,
             begin=begin,
         )
-        alone = None
+        here = None
         if self._writer is not None:
-            alone = self._writer.alone(lambda conn, wire: apply(on=(conn, wire)))
-        applied = await alone if alone is not None else await run_store_call(apply)
+            here = self._writer.run_alone(lambda conn, wire: apply(on=(conn, wire)))
+        applied = await here if here is not None else await run_store_call(apply)
         if applied.sequence is not None and self._writer is not None:
             self._writer.observe_sequence(applied.sequence)
         return applied.answer, applied.claim, applied.begun
@@ -473,6 +473,13 @@ class PostgresStore:
                 f"PostgreSQL {self.where} failed: {_reason(exc, self.url)}; nothing of the "
                 "failed transaction was kept"
             ) from None
+
+    def flush_here_when(self, alone: Callable[[], bool]) -> None:
+        """While ``alone()`` says nothing else would run here meanwhile (the owner executes at
+        most one run), the loop looks for the server's answer to a batch someone waits for
+        before it sleeps; see ``PostgresWriter.spin``."""
+        if self._writer is not None:
+            self._writer.alone = alone
 
     def transact(
         self,

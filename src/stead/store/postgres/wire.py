@@ -20,6 +20,7 @@ import asyncio
 import collections
 import re
 import select
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -146,11 +147,18 @@ class Wire:
         self._pgconn.nonblocking = 0
 
     def finish_soon(
-        self, loop: asyncio.AbstractEventLoop, done: Callable[[BaseException | None], None]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[BaseException | None], None],
+        *,
+        spin: float = 0.0,
     ) -> None:
-        """End the pipeline without blocking the event loop: the answers are read as they
-        come (``loop.add_reader``), and ``done(first failure or None)`` is called on the loop
-        once the last is in and the connection is out of pipeline mode."""
+        """End the pipeline without blocking the event loop for long: the answers are read as
+        they come (``loop.add_reader``), and ``done(first failure or None)`` is called on the
+        loop once the last is in and the connection is out of pipeline mode. With ``spin``
+        (seconds), the answers are first looked for here, without sleeping, for that long:
+        for a caller whose loop has nothing else to do meanwhile (see the writer), since a
+        loop that sleeps in its selector is woken late on a machine whose idle CPUs halt."""
         pgconn = self._pgconn
         fd = pgconn.socket
         pgconn.pipeline_sync()
@@ -193,6 +201,15 @@ class Wire:
                 finished(exc)
 
         unsent = pgconn.flush()
+        if spin > 0 and not unsent:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            until = time.perf_counter() + spin
+            while time.perf_counter() < until:
+                if poller.poll(0):
+                    readable()
+                    if over:
+                        return
         loop.add_reader(fd, readable)
         if unsent:
             try:

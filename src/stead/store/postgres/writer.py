@@ -73,6 +73,9 @@ class PostgresWriter:
     max_lazy = 256
     #: Seconds batches are written the checked way after two in a row were refused.
     assume_pause = 1.0
+    #: Seconds the loop looks for the server's answer to a batch someone waits for before it
+    #: sleeps, while :attr:`alone` says nothing else runs here meanwhile (see ``_write_on_loop``).
+    spin = 0.0003
 
     def __init__(
         self,
@@ -110,6 +113,9 @@ class PostgresWriter:
         self._sequence: int | None = None
         self._assume_after = 0.0
         self._missed = 0  # batches in a row whose assumptions the server refused
+        #: Whether nothing else would run on the loop while it waits for the server (the owner
+        #: sets it: true while it executes at most one run).
+        self.alone: Callable[[], bool] | None = None
 
     def submit(
         self,
@@ -131,7 +137,7 @@ class PostgresWriter:
         if self.poisoned is not None:
             future.set_exception(self.poisoned)
             return future
-        self._pending.append(Job(fn, future, barrier, read_only, checked, fence))
+        self._pending.append(Job(fn, future, barrier, read_only, checked, fence, lazy=lazy))
         self._idle.clear()
         if self._scheduled or self._in_flight:
             return future
@@ -143,7 +149,7 @@ class PostgresWriter:
         self._loop.call_soon(self._dispatch)
         return future
 
-    def alone(self, fn: Callable[[Any, Wire], T]) -> asyncio.Future[T] | None:
+    def run_alone(self, fn: Callable[[Any, Wire], T]) -> asyncio.Future[T] | None:
         """``fn(connection, wire)`` on the writer's thread and connection, as a batch of its own
         (it runs its own transaction), if the writer is idle: nothing in flight, queued or
         poisoned; else ``None``, and nothing was done. Jobs queued meanwhile wait for it, as
@@ -159,14 +165,14 @@ class PostgresWriter:
             try:
                 result = fn(self._conn, self._wire)
             except BaseException as exc:
-                self._loop.call_soon_threadsafe(self._alone_done, future, None, exc)
+                self._loop.call_soon_threadsafe(self._run_alone_done, future, None, exc)
                 return
-            self._loop.call_soon_threadsafe(self._alone_done, future, result, None)
+            self._loop.call_soon_threadsafe(self._run_alone_done, future, result, None)
 
         self._executor.submit(run)
         return future
 
-    def _alone_done(
+    def _run_alone_done(
         self, future: asyncio.Future[Any], result: Any, error: BaseException | None
     ) -> None:
         self._in_flight = False
@@ -245,7 +251,13 @@ class PostgresWriter:
         are sent and the answers read as they come, with no hand-off to the thread and back
         (two thread wake-ups a step). Whatever goes otherwise — a job that would read an
         answer, the server refusing the assumptions, a lost statement, a deadlock — goes to
-        the thread, which ends the transaction and writes the batch the usual way."""
+        the thread, which ends the transaction and writes the batch the usual way.
+
+        A batch someone waits for (a model call's intent, say), written while at most one run
+        executes here, has its answer looked for on the loop for up to :attr:`spin` before the
+        loop sleeps: the run can do nothing until the commit, and the loop has nothing else to
+        do, while a loop asleep in its selector is woken tens of microseconds late on a machine
+        that halts idle CPUs — per step, a good part of the round trip."""
         assert self._sequence is not None
         tx = self._make_tx(self._conn, False)
         wire = self._wire
@@ -268,7 +280,8 @@ class PostgresWriter:
             )
             self._finish(tx, batch)
             tx.pipeline = None
-            wire.finish_soon(self._loop, done)
+            waited = self.alone is not None and any(not job.lazy for job in batch) and self.alone()
+            wire.finish_soon(self._loop, done, spin=self.spin if waited else 0.0)
         except BaseException as exc:  # WouldWait, a job's failure, the connection's: the thread
             tx.pipeline = None  # sees to it (and fails the store if the connection is gone)
             self._again_on_thread(batch)
