@@ -105,6 +105,33 @@ async def test_disk_full_on_a_model_result_write(db: str) -> None:
     assert ledger == [f"{run.id}/tool:1:p"]
 
 
+async def test_a_failed_write_nobody_awaits_is_reported_once_not_as_never_retrieved(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A safe tool's row is a write the run does not wait for: when the commit it rides in
+    fails, the store is poisoned and that is what reports it (on_fatal_error, every later
+    call); its own future is not logged as an exception never retrieved when it is dropped."""
+    import gc
+    import logging
+
+    ledger: list[str] = []
+    fatal: list[stead.StorageError] = []
+    app = _app(ledger, [], "safe")
+    store = faulty_store(db, method="start_operation", key="tool:1:p")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        async with await app.open(store, on_fatal_error=fatal.append) as runtime:
+            run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+            with pytest.raises(stead.StorageError, match="database or disk is full"):
+                await asyncio.wait_for(run.result(), 5)
+        reported = len(fatal)
+        del runtime, run, store, fatal  # the error's traceback holds the batch, and its futures
+        gc.collect()
+        await asyncio.sleep(0)
+    assert reported == 1
+    assert len(ledger) == 1  # the tool ran; the row holding its result is what failed
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()], caplog.text
+
+
 async def test_disk_full_on_a_tool_intent_runs_nothing(db: str) -> None:
     ledger, _, run, status = await _poisoned_then_reopened(
         db, method="start_operation", key="tool:1:p", recovery="idempotent"

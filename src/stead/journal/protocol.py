@@ -200,7 +200,9 @@ class Store(Protocol):
     ) -> Awaitable[T]:
         """Run ``fn(tx)`` in a transaction. An ``isolated`` one may raise a
         :class:`~stead.errors.SteadError` as its answer and keeps nothing of its own writes;
-        the journal's own writes, which never refuse, skip that cost (a failure poisons)."""
+        the journal's own writes, which never refuse, skip that cost (a failure poisons, and
+        is marked retrieved: it is reported where the store is poisoned, and a write nobody
+        awaits is not logged as a failure never retrieved)."""
         ...
 
     def read(self, fn: Callable[[Any], T]) -> Awaitable[T]: ...

@@ -39,11 +39,6 @@ def _kind_text(kind: str) -> str:
     return canonical(kind)
 
 
-def _consume(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # a storage failure poisons the runtime; it is reported there
-
-
 class RunContext:
     """One execution of one run: its record, its journal so far, and the durable-operation
     protocol (:meth:`operation`), events (:meth:`emit`), interactions, blobs and the clock."""
@@ -85,11 +80,11 @@ class RunContext:
         return operation_id(self.run.id, key)
 
     def _write(self, fn: Callable[[Any], Any], durability: Durability) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.ensure_future(
+        # Not isolated: its failure poisons the store and is reported there (the writer marks
+        # it retrieved, so a write nobody awaits is not logged as a failure never retrieved).
+        return asyncio.ensure_future(
             self._store.transact(fn, durability=durability, isolated=False)
         )
-        future.add_done_callback(_consume)
-        return future
 
     def emit(self, payload: Payload) -> None:
         """Write a progress event with the next commit (nobody waits for it)."""

@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..errors import LeaseLostError, SteadError, StorageError
 from ..journal.records import Claim
 
-__all__ = ["Job", "call_job", "run_jobs"]
+__all__ = ["Job", "answer", "call_job", "run_jobs"]
 
 T = TypeVar("T")
 
@@ -35,6 +35,22 @@ class Job(Generic[T]):
     error: BaseException | None = None
     #: Nobody waits for it: it rides along with the next commit someone waits for.
     lazy: bool = False
+
+
+def answer(job: Job[Any], error: BaseException | None) -> None:
+    """Settle ``job``'s future: ``error`` if there is one, else the job's result. The failure
+    of a job nobody checks (an execution's own write: its failure poisons the store, and is
+    reported there) is marked retrieved, so that one nobody awaits (a lazy write) is not
+    logged as an exception never retrieved."""
+    future = job.future
+    if future.done():
+        return
+    if error is None:
+        future.set_result(job.result)
+        return
+    future.set_exception(error)
+    if not job.checked:
+        future.exception()
 
 
 class _Savepoints(Protocol):

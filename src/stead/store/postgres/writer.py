@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..._ids import jitter
 from ...errors import StorageError
 from ...journal.records import Claim, Event
-from ..jobs import Job, call_job, run_jobs
+from ..jobs import Job, answer, call_job, run_jobs
 from .tx import PostgresTx, Unpipelined
 
 if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
@@ -134,10 +134,11 @@ class PostgresWriter:
         which nobody waits for, waits up to :attr:`lazy_delay` for company before its batch
         starts, so a run's pipelined writes share a transaction with the one it waits for."""
         future: asyncio.Future[T] = self._loop.create_future()
+        job = Job(fn, future, barrier, read_only, checked, fence, lazy=lazy)
         if self.poisoned is not None:
-            future.set_exception(self.poisoned)
+            answer(job, self.poisoned)
             return future
-        self._pending.append(Job(fn, future, barrier, read_only, checked, fence, lazy=lazy))
+        self._pending.append(job)
         self._idle.clear()
         if self._scheduled or self._in_flight:
             return future
@@ -520,13 +521,7 @@ class PostgresWriter:
         self, batch: list[Job[Any]], events: list[Event], failure: StorageError | None
     ) -> None:
         for job in batch:
-            if job.future.done():
-                continue
-            error = failure or job.error
-            if error is not None:
-                job.future.set_exception(error)
-            else:
-                job.future.set_result(job.result)
+            answer(job, failure or job.error)
         if events:
             self._on_commit(events)
         self._check_idle()

@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar
 from ..._threads import Placement
 from ...errors import StorageError
 from ...journal.records import Event
-from ..jobs import Job, call_job, run_jobs
+from ..jobs import Job, answer, call_job, run_jobs
 
 T = TypeVar("T")
 Tx = TypeVar("Tx")
@@ -146,10 +146,11 @@ class Writer:
         does wait for, or commits after :attr:`lazy_delay` seconds, so a sequence of pipelined
         writes shares one commit."""
         future: asyncio.Future[T] = self._loop.create_future()
+        job = Job(fn, future, barrier, read_only, checked)
         if self.poisoned is not None:
-            future.set_exception(self.poisoned)
+            answer(job, self.poisoned)
             return future
-        self._pending.append(Job(fn, future, barrier, read_only, checked))
+        self._pending.append(job)
         self._idle.clear()
         if self._scheduled:
             return future
@@ -352,12 +353,7 @@ class Writer:
 
     def _settle(self, batch: list[Job[Any]], events: list[Event]) -> None:
         for job in batch:
-            if job.future.done():
-                continue
-            if job.error is not None:
-                job.future.set_exception(job.error)
-            else:
-                job.future.set_result(job.result)
+            answer(job, job.error)
         if events:
             self._on_commit(events)
 
