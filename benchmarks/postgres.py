@@ -9,13 +9,10 @@ model and a trivial tool. stead runs one runtime on a fresh schema per run
 its workflow with its system database on the same server (a fresh database per run, created
 before the clock starts). Before each clock starts, a ``CHECKPOINT`` lets the server finish
 writing out the setup (creating a database writes megabytes). Runs are interleaved. The figure
-is the median of (run wall time / 21). That is a cold start: each run is the first real run on
-its connections, which the runtime warmed when it opened by rehearsing a run and rolling it
-back (``stead/store/postgres/rehearsal.py``); the row after it is the same run in a runtime
-that did not (``store.rehearse = False``), informational, timed in the same rounds. A worker
-serves run after run, so the warm rows time ten runs one after another in one runtime (and ten
-workflows in one DBOS launch) after a first that is not counted, three series each,
-alternating the systems.
+is the median of (run wall time / 21). That is a cold start: each run is the first on its
+connections. A worker serves run after run, so the warm rows time ten runs one after another in
+one runtime (and ten workflows in one DBOS launch) after a first that is not counted, three
+series each, alternating the systems.
 
 Last, durable steps per second: of one runtime running 50 runs at once, and of 1, 2 and 4 worker
 processes (``_pg_worker.py``, each executing up to 25 runs at once) sharing one schema, all
@@ -77,14 +74,13 @@ def _stead_schema(url: str) -> Iterator[str]:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def stead_run(url: str, *, rehearse: bool = True) -> float:
+def stead_run(url: str) -> float:
     import stead
 
     app = peers._stead_app()
 
     async def once(schema: str) -> float:
         store = stead.PostgresStore(url, schema=schema)
-        store.rehearse = rehearse
         async with await app.open(store) as runtime:
             _settle(url)
             t0 = time.perf_counter()
@@ -267,27 +263,18 @@ def main(argv: list[str] | None = None) -> int:
         console.print("set STEAD_POSTGRES_URL to a PostgreSQL server to run this benchmark")
         return 0
     dbos = dbos_run(url)
-    samples: dict[str, list[float]] = {"stead": [], "DBOS": [], "plain": []}
+    samples: dict[str, list[float]] = {"stead": [], "DBOS": []}
     for rnd in range(args.warmup + args.runs):
         COUNTER.reset()
         stead_s = stead_run(url)
-        COUNTER.reset()
-        plain_s = stead_run(url, rehearse=False)
         dbos_s = dbos(1)[0] if callable(dbos) else None
         if rnd >= args.warmup:
             samples["stead"].append(stead_s * 1e6 / STEPS_PER_RUN)
-            samples["plain"].append(plain_s * 1e6 / STEPS_PER_RUN)
             if dbos_s is not None:
                 samples["DBOS"].append(dbos_s * 1e6 / STEPS_PER_RUN)
     stead_us = statistics.median(samples["stead"])
     table = Table("figure", "value", "target", "")
     table.add_row("stead, PostgresStore (one runtime)", f"{stead_us:,.1f} µs/step", "", "")
-    table.add_row(
-        "stead, not rehearsing a run when it opens",
-        f"{statistics.median(samples['plain']):,.1f} µs/step",
-        "",
-        "",
-    )
     if samples["DBOS"]:
         dbos_us = statistics.median(samples["DBOS"])
         speedup = dbos_us / stead_us

@@ -586,7 +586,6 @@ async def test_a_submission_asks_for_the_event_counter_with_what_it_decides_on(
     monkeypatch.setattr(wire.Wire, "execute", recorded_execute)
     monkeypatch.setattr(wire.Wire, "_ask", recorded_ask)
     monkeypatch.setattr(client.PostgresClient, "_apply", recorded_apply)
-    monkeypatch.setattr(stead.PostgresStore, "rehearse", False)  # its submission is one too
     app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 3))])
     async with await app.open(_store(schema)) as runtime:
         for n in range(3):
@@ -632,7 +631,6 @@ async def test_a_runtimes_own_command_runs_on_its_idle_writers_connection(
     monkeypatch.setattr(wire.Wire, "execute", recorded_execute)
     app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 2))])
     store = _store(schema)
-    store.rehearse = False  # its submission would be the first recorded (see the next test)
     async with await app.open(store) as runtime:
         run = await runtime.submit("a", session_id="s1", request_id="r", prompt="go")
         assert (await run.result()).output == "done"
@@ -656,79 +654,6 @@ async def test_a_runtimes_own_command_runs_on_its_idle_writers_connection(
     async with stead.Client(_store(schema)) as reader:
         statuses = [(await reader.run_record(r.id)).status for r in (run, second)]
     assert statuses == [stead.RunStatus.COMPLETED] * 2
-
-
-def _tooled_app() -> stead.App:
-    @stead.tool(recovery="safe")
-    def look(city: str) -> str:
-        """Look the weather up."""
-        return f"sunny in {city}"
-
-    model = ScriptedModel(
-        [[stead.ToolCall(name="look", arguments={"city": "Oslo"}, id="l")], "Sunny."] * 2
-    )
-    return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[look])])
-
-
-async def _prepared_by_a_first_run(store: Any) -> tuple[int, int, Any]:
-    """Statements the writer's connection had prepared when the runtime was open, and how many
-    more its first run prepared; with the run's record."""
-    async with await _tooled_app().open(store) as runtime:
-        wire = store._writer._wire
-        before = len(wire._names)
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="weather?")
-        assert (await run.result()).output == "Sunny."
-        record = await runtime.run_record(run.id)
-        return before, len(wire._names) - before, record
-
-
-async def test_opening_rehearses_a_run_so_the_first_prepares_nothing_and_keeps_nothing_of_it(
-    schema: str,
-) -> None:
-    """A runtime opening the store rehearses a run on its writer's new connection (submission,
-    claim and start, a model call with its usage, a safe tool, an event, the end) and rolls
-    it back: the first real run finds every statement it makes prepared, and the journal holds
-    nothing of the rehearsal — no run, operation, blob or event, the counter untouched."""
-    rehearsed_before, rehearsed_new, record = await _prepared_by_a_first_run(_store(schema))
-    assert rehearsed_new == 0, f"the first run prepared {rehearsed_new} statements"
-    conn = _store(schema).connect()
-    try:
-        kept = [
-            conn.execute(sql).fetchone()[0]
-            for sql in (
-                "SELECT string_agg(id, ',') FROM stead_runs",
-                "SELECT string_agg(DISTINCT run_id, ',') FROM stead_operations",
-                "SELECT string_agg(DISTINCT run_id, ',') FROM stead_events",
-                "SELECT COUNT(*) FROM stead_blobs WHERE body LIKE '%rehearsal%'",
-            )
-        ]
-        handed_out = sorted(
-            row[0]
-            for row in conn.execute(
-                "SELECT sequence FROM stead_events UNION ALL SELECT started_seq FROM "
-                "stead_operations UNION ALL SELECT completed_seq FROM stead_operations"
-            )
-            if row[0] is not None
-        )
-        counter = conn.execute("SELECT next_sequence FROM stead_meta").fetchone()[0]
-    finally:
-        conn.close()
-    assert kept == [record.id, record.id, record.id, 0], kept
-    assert handed_out == list(range(1, counter)), (handed_out, counter)
-    assert record.status is stead.RunStatus.COMPLETED
-
-    # Without the rehearsal, the same first run prepares its statements itself.
-    other = f"{schema}_cold"
-    plain = _store(other)
-    plain.rehearse = False
-    try:
-        plain_before, plain_new, _ = await _prepared_by_a_first_run(plain)
-    finally:
-        conn = plain.connect()
-        conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
-        conn.close()
-    assert plain_new >= 10, plain_new
-    assert rehearsed_before >= plain_before + plain_new, (rehearsed_before, plain_before)
 
 
 async def test_the_loop_looks_for_the_answer_to_a_waited_for_batch_only_while_alone(

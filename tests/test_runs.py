@@ -461,8 +461,6 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
         return found
 
     monkeypatch.setattr(transitions, "begin", recorded_begin)
-    # A PostgreSQL runtime rehearses a run when it opens, begun (and rolled back) as these are.
-    monkeypatch.setattr(stead.PostgresStore, "rehearse", False)
     app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"]))])
     async with await app.open(open_store(db)) as runtime:
         for n in range(2):  # the second takes the first's conversation as its history

@@ -153,23 +153,6 @@ class PostgresClient:
             f"{self._store.where} {ATTEMPTS} times; nothing of it was kept — try again"
         )
 
-    def run_on(
-        self,
-        conn: Any,
-        wire: Wire,
-        command: Command,
-        *,
-        claim_for: str,
-        begin: Callable[[PostgresTx, str, bool], transitions.Begun | None],
-        rehearsal: Callable[[PostgresTx, Claim], None],
-    ) -> None:
-        """A submission on ``conn`` that claims and begins its run for ``claim_for``, then goes
-        on to ``rehearsal(tx, claim)``, which ends its transaction (``rehearsal.py``); once,
-        however it goes (blocking)."""
-        self._store.guarded(
-            lambda: self._apply(conn, wire, command, None, None, claim_for, begin, rehearsal)
-        )
-
     @contextlib.contextmanager
     def _connection(
         self, on: tuple[Any, Wire] | None, timeout: float
@@ -190,11 +173,7 @@ class PostgresClient:
         max_pending: int | None,
         claim_for: str | None,
         begin: Callable[[PostgresTx, str, bool], transitions.Begun | None] | None,
-        rehearsal: Callable[[PostgresTx, Claim], None] | None = None,
     ) -> Applied:
-        """One attempt of :meth:`apply` on ``conn``. With ``rehearsal`` (``rehearsal.py``), the
-        run claimed goes on to ``rehearsal(tx, claim)`` in the same transaction, which ends
-        it, in place of the commit."""
         store = self._store
         tx = PostgresTx(conn, store.clock, lease_seconds=store.lease_seconds, lock_runs=True)
         wire.open()
@@ -234,14 +213,6 @@ class PostgresClient:
             tx.write_sequence()
             for notice in notices:
                 tx.execute("SELECT pg_notify(?, ?)", (store.channel, notice))
-            if rehearsal is not None:
-                epoch = claimed.fetchone() if claimed is not None else None
-                if epoch is None:
-                    raise StorageError(f"the rehearsal's run {claiming} was not claimed")
-                rehearsal(tx, Claim(str(claiming), int(epoch[0])))
-                tx.pipeline = None
-                wire.close()
-                return Applied(answer, None, None, None)
             tx.execute("COMMIT")
             tx.pipeline = None
             wire.close()

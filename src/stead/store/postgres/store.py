@@ -45,7 +45,6 @@ from ...journal.records import RUNNABLE_STATUSES, Claim, Event
 from ..migrate import migrations
 from ..rows._base import TERMINAL_SQL
 from .client import PostgresClient
-from .rehearsal import rehearse
 from .tx import PostgresTx
 from .writer import PostgresWriter
 
@@ -85,10 +84,6 @@ class PostgresStore:
     storage_errors: tuple[type[BaseException], ...]
     #: Many runtimes may execute this store's runs at once (claims with leases).
     shared = True
-    #: Whether a runtime that opens the store first rehearses a run on its writer's new
-    #: connection and rolls it back, so its first real run finds the server's caches warm
-    #: and its statements prepared (``rehearsal.py``).
-    rehearse = True
 
     def __init__(
         self,
@@ -258,22 +253,18 @@ class PostgresStore:
         self.storage_errors = (psycopg.Error, OSError, MemoryError)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{new_token()[:6]}"
         listener = _Listener(self, loop)
-
-        def make_tx(connection: Any, read_only: bool) -> PostgresTx:
-            return PostgresTx(
-                connection,
-                self.clock,
-                read_only=read_only,
-                lease_seconds=self.lease_seconds,
-                confirmed=self.confirmed,
-                channel=self.channel,
-                sender=self.worker,
-            )
-
         try:
             self._writer = PostgresWriter(
                 self._writer_connection,
-                make_tx,
+                lambda connection, read_only: PostgresTx(
+                    connection,
+                    self.clock,
+                    read_only=read_only,
+                    lease_seconds=self.lease_seconds,
+                    confirmed=self.confirmed,
+                    channel=self.channel,
+                    sender=self.worker,
+                ),
                 loop,
                 on_commit,
                 on_fatal,
@@ -281,12 +272,6 @@ class PostgresStore:
                 name=f"stead-postgres:{self.schema}",
             )
             self.client_open()  # the pool of commands: a first submission need not wait for it
-            if self.rehearse:
-                client = self._client
-                assert client is not None
-                self._writer.prepare(
-                    lambda conn, wire: rehearse(client, conn, wire, make_tx, self.worker)
-                )
         except BaseException:
             listener.stop()
             if self._writer is not None:

@@ -230,11 +230,6 @@ class PostgresTx(SqlTx):
         self.execute("BEGIN", ())
         if durable:  # the writer's connection commits with it off unless told (store.py)
             self.execute("SET LOCAL synchronous_commit = on", ())
-        self.assume(fences=fences, next_sequence=next_sequence)
-
-    def assume(self, *, fences: Sequence[Claim], next_sequence: int | None) -> None:
-        """:meth:`begin_pipelined`'s statements after ``BEGIN``: the fences, and the counter
-        assumed (or locked)."""
         sent = time.monotonic()
         for claim in fences:
             self.execute(

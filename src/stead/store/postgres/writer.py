@@ -150,12 +150,6 @@ class PostgresWriter:
         self._loop.call_soon(self._dispatch)
         return future
 
-    def prepare(self, fn: Callable[[Any, Wire], object]) -> None:
-        """``fn(connection, wire)`` on the writer's thread and connection before its first
-        batch (blocking: called while the store opens, before anything is queued)."""
-        assert not self._in_flight and not self._pending
-        self._executor.submit(fn, self._conn, self._wire).result()
-
     def run_alone(self, fn: Callable[[Any, Wire], T]) -> asyncio.Future[T] | None:
         """``fn(connection, wire)`` on the writer's thread and connection, as a batch of its own
         (it runs its own transaction), if the writer is idle: nothing in flight, queued or
