@@ -125,7 +125,7 @@ async def stead_figures(folder: Path, runs: int, table: Table) -> None:
     )
     _row(table, "durable steps/s, 100 concurrent runs", rate, "", "≥ 10,000", rate >= 10_000)
     # The target is absolute, so it moves with the machine; against the floor's own rate (one
-    # run, one step after another) it reads alike on a fast machine and a slow one.
+    # run, one step after another) it moves much less from one machine to another.
     floor_rate = 1000 / floors["Python floor: 100-turn run, safe tools"]
     table.add_row("… ÷ the Python floor's steps/s (one run)", f"{rate / floor_rate:,.2f}x", "", "")
     size, content = await scale.storage_ratio(folder, TURNS)

@@ -444,6 +444,8 @@ async def test_runs_survive_workers_killed_at_random_and_no_work_is_done_twice(
         f"{killed - up:.1f}s, all completed {finished - up:.1f}s after the workers were up"
     )
     assert len(world.orders) == total
+    killed = sum(worker.killed_at is not None for worker in world.workers)
+    assert killed == kills == KILLS, f"{killed} workers were killed, {kills} kills meant"
     lost = lost_claims(logs)
     print(f"{len(lost)} times a live worker lost a run's lease (a stall past the lease): {lost}")
     _check_failover(journal, world, executions(ledger))
