@@ -3,8 +3,9 @@ declared ``blocking=False``."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -501,6 +502,167 @@ async def test_a_cancelled_caller_stops_waiting_and_the_thread_stays_usable() ->
     assert await run_in_thread(lambda: "next") == "next"
 
 
+# -- a loop with nothing else to do waits for its call itself --------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_loop(quiet: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """The running loop told, as a runtime executing one run tells it, that nothing else on
+    it would wait."""
+    import asyncio
+
+    from stead import _threads
+
+    withdraw = _threads.wait_here_when(asyncio.get_running_loop(), quiet)
+    try:
+        yield
+    finally:
+        withdraw()
+
+
+async def test_a_quiet_loop_takes_a_quick_calls_outcome_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The future comes back settled: no turn of the loop, no wake-up through its selector;
+    the result, the error and the caller's context are as through the mailbox."""
+    import asyncio
+    import contextvars
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "HERE", 10.0)  # however slow the machine, it waits here
+    current = contextvars.ContextVar("current", default="unset")
+    current.set("caller")
+
+    def boom() -> None:
+        raise KeyError("missing")
+
+    loop = asyncio.get_running_loop()
+    wakes: list[object] = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(callback)
+        return plain(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    with _quiet_loop():
+        added = _threads.run_in_thread(lambda a, b=0: a + b, 2, b=3)
+        assert added.done() and added.result() == 5
+        seen = _threads.run_in_thread(current.get)
+        assert seen.done() and seen.result() == "caller"
+        failed = _threads.run_in_thread(boom)
+        assert failed.done() and isinstance(failed.exception(), KeyError)
+        assert await _threads.run_in_thread(threading.get_ident) != threading.get_ident()
+    assert wakes == []  # nothing came through the mailbox
+    assert _threads._pool.threads == 1 and _threads._pool.busy == 0
+    assert _threads._pool.workers[0].poll.poll(0) == []  # no byte left behind
+
+
+async def test_a_call_slower_than_the_wait_comes_through_the_mailbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop waits HERE at most, then goes back to its other work; the outcome arrives as
+    any other, and the thread's answer pipe is left clean for the next call."""
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    release = threading.Event()
+    with _quiet_loop():
+        started = time.monotonic()
+        slow = _threads.run_in_thread(lambda: release.wait(10) and "late")
+        waited = time.monotonic() - started
+        assert not slow.done()
+        assert waited < 1.0  # HERE is a millisecond; far less than the call
+        release.set()
+        assert await slow == "late"
+        quick = _threads.run_in_thread(lambda: "next")
+        assert quick.done() and quick.result() == "next"
+    assert _threads._pool.workers[0].poll.poll(0) == []
+
+
+async def test_a_call_finishing_as_the_wait_runs_out_is_taken_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whichever way the race between the thread's answer and the end of the loop's wait
+    goes, the outcome is settled once and no byte is left in the answer pipe."""
+    import asyncio
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "HERE", 0.0002)
+    with _quiet_loop():
+        for n in range(200):
+            answer = _threads.run_in_thread(lambda n=n: sum(range(n * 20)))
+            assert await answer == sum(range(n * 20))
+    await asyncio.sleep(0.01)
+    assert _threads._pool.workers[0].poll.poll(0) == []
+    assert _threads._pool.busy == 0
+
+
+async def test_a_loop_waits_for_a_call_itself_only_when_every_runtime_on_it_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "HERE", 10.0)
+    busy = False
+    with _quiet_loop(), _quiet_loop(lambda: not busy):
+        assert _threads.run_in_thread(lambda: 1).done()
+        busy = True
+        waited = _threads.run_in_thread(lambda: 2)
+        assert not waited.done()
+        assert await waited == 2
+    assert not _threads.run_in_thread(lambda: 3).done()  # withdrawn: no runtime says so
+
+
+async def test_a_call_beside_another_is_not_waited_for_by_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls side by side (a turn's tool calls run concurrently) each go through the
+    mailbox: the loop would hold up the others while it waited for one."""
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    monkeypatch.setattr(_threads, "HERE", 10.0)
+    monkeypatch.setattr(_threads, "PATIENCE", 0.0)  # the second call gets a thread at once
+    release = threading.Event()
+    first = _threads.run_in_thread(release.wait, 10)  # busy until released
+    with _quiet_loop():
+        second = _threads.run_in_thread(lambda: "second")
+        assert not first.done() and not second.done()
+        assert await second == "second"
+        release.set()
+        assert await first is True
+
+
+async def test_a_runtime_lets_its_loop_wait_for_tools_while_it_executes_one_run(
+    tmp_path: Path,
+) -> None:
+    """Opened, a runtime has its say (at most one run executing); closed, it has none."""
+    import asyncio
+
+    from stead import _threads
+
+    quiet = _threads._mailbox(asyncio.get_running_loop()).quiet
+    before = len(quiet)
+    tool_thread, loop_thread = await _threads_of(tmp_path)
+    assert tool_thread != loop_thread
+    assert len(quiet) == before
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"]))])
+    async with await app.open(stead.SqliteStore(tmp_path / "t.db")) as runtime:
+        assert len(quiet) == before + 1
+        assert quiet[-1]() is True  # nothing executes
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+    assert len(quiet) == before
+
+
 # Python 3.12+ warns about fork() in a process with threads; that risk is what this tests.
 @pytest.mark.filterwarnings("ignore:This process .*is multi-threaded:DeprecationWarning")
 def test_a_forked_child_starts_threads_of_its_own() -> None:
@@ -517,10 +679,20 @@ def test_a_forked_child_starts_threads_of_its_own() -> None:
         return await run_in_thread(threading.get_ident)
 
     asyncio.run(twice())
+    from stead import _threads
+
+    inherited = [fd for worker in _threads._pool.workers for fd in (*worker.wake, *worker.answer)]
+    assert inherited
     pid = os.fork()
     if pid == 0:  # the child: exit 0 only if its calls complete
         code = 1
         try:
+            for fd in inherited:  # the parent's threads' pipes are closed in the child
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    continue
+                os._exit(2)
             asyncio.run(asyncio.wait_for(twice(), 5))
             code = 0
         finally:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._json import JSON
+from .._threads import wait_here_when
 from ..client import Client, _outcome, _read_outcome
 from ..errors import (
     NotFoundError,
@@ -117,6 +118,8 @@ class Runtime(Client):
             lambda fn: self.store.transact(fn, durability="commit"),
             self._submit_slot,
         )
+        #: Withdraws this runtime's say in whether the loop may wait for a tool's thread itself.
+        self._withdraw_here: Callable[[], None] | None = None
         listen = getattr(store.clock, "add_listener", None)
         if callable(listen):  # a test clock wakes the scheduler when time is moved
             listen(self._clock_moved)
@@ -149,6 +152,8 @@ class Runtime(Client):
         flush_here_when = getattr(store, "flush_here_when", None)
         if callable(flush_here_when):  # one run or none executing: the loop may wait itself
             flush_here_when(runtime._scheduler.alone)
+        # The same for a synchronous tool's outcome (``stead._threads``).
+        runtime._withdraw_here = wait_here_when(loop, runtime._scheduler.alone)
         if runtime.shared:
             shared = cast(SharedStore, store)
             shared.watch(runtime._notice)
@@ -204,6 +209,8 @@ class Runtime(Client):
         if self._closed:
             return
         self._closed = True
+        if self._withdraw_here is not None:
+            self._withdraw_here()
         await self._cron.stop()
         await self._inbox.stop()
         await self._scheduler.stop()
