@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import inspect
 import logging
@@ -407,6 +408,8 @@ def measure(systems: list[System], runs: int, warmup: int, base: Path | None) ->
             label = system.name.lower()
             with _run_dir(base, label) as run_dir:
                 COUNTER.reset()
+                # What the systems measured before left (see step_overhead.collect_garbage).
+                gc.collect()
                 try:
                     elapsed = system.run_once(run_dir, rnd)
                 except Exception as exc:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import secrets
@@ -59,9 +60,11 @@ def _admin(url: str) -> Any:
 def _settle(url: str) -> None:
     """Let the server finish writing out what setting a run up left behind (DBOS's new
     database, stead's migrations) before the clock starts, so neither system is timed while
-    the server flushes the other's — or its own — setup."""
+    the server flushes the other's — or its own — setup. Also collect the garbage what was
+    measured before left here (see ``step_overhead.collect_garbage``)."""
     with contextlib.closing(_admin(url)) as conn:
         conn.execute("CHECKPOINT")
+    gc.collect()
 
 
 @contextlib.contextmanager
@@ -107,6 +110,7 @@ def stead_warm(url: str, runs: int) -> list[float]:
         samples = []
         store = stead.PostgresStore(url, schema=schema)
         async with await app.open(store) as runtime:
+            gc.collect()  # see _settle
             for i in range(runs + 1):
                 COUNTER.reset()
                 t0 = time.perf_counter()
@@ -133,6 +137,7 @@ def stead_concurrent(url: str, runs: int) -> float:
     async def once(schema: str) -> float:
         store = stead.PostgresStore(url, schema=schema)
         async with await app.open(store, max_concurrent_runs=runs) as runtime:
+            gc.collect()  # see _settle
             t0 = time.perf_counter()
             handles = await asyncio.gather(
                 *(

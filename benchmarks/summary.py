@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import peers
 import scale
 import step_overhead
-from stead._threads import run_in_thread
+from stead._threads import run_in_thread, wait_here_when
 
 TURNS = 100  # tool calls of the long sequential runs
 SHORT = 10  # tool calls of the short runs (21 steps, as in peers.py)
@@ -85,20 +85,30 @@ async def stead_figures(folder: Path, runs: int, table: Table) -> None:
         floors.setdefault("Python floor: 100-turn run, safe tools", floor)
         label = "" if blocking else ", blocking=False"
         ratios.append((f"safe step (100-turn run{label}) ÷ Python floor", "≤ 3x", ratio))
+
     # What handing a plain function to a thread costs alone: the floor itself as a coroutine
     # whose tool is called through a hand-off; no target, a yardstick for the rows above.
+    async def floor_waited_here() -> float:
+        # As a runtime executing one run has it: the loop waits for the thread's answer itself.
+        withdraw = wait_here_when(asyncio.get_running_loop(), lambda: True)
+        try:
+            return await step_overhead.python_floor_handoff_ms(folder, TURNS, run_in_thread)
+        finally:
+            withdraw()
+
     handoffs: list[tuple[str, float]] = []
-    for name, handoff in (
-        ("stead's thread hand-off", run_in_thread),
-        ("asyncio.to_thread", asyncio.to_thread),
+    for name, engine in (
+        (
+            "stead's thread hand-off",
+            lambda: step_overhead.python_floor_handoff_ms(folder, TURNS, run_in_thread),
+        ),
+        ("stead's thread hand-off, the loop waiting for it itself (one run)", floor_waited_here),
+        (
+            "asyncio.to_thread",
+            lambda: step_overhead.python_floor_handoff_ms(folder, TURNS, asyncio.to_thread),
+        ),
     ):
-        _, _, ratio = await _paired(
-            floor_long,
-            lambda handoff=handoff: step_overhead.python_floor_handoff_ms(  # type: ignore[misc]
-                folder, TURNS, handoff
-            ),
-            7,
-        )
+        _, _, ratio = await _paired(floor_long, engine, 7)
         handoffs.append((f"… Python floor with {name} ÷ Python floor", ratio))
     floor, _, ratio = await _paired(
         floor_short, lambda: step_overhead.short_runs_ms(folder, SHORT, 1), max(runs, 5)
