@@ -374,6 +374,35 @@ async def test_a_lazy_write_commits_on_its_own_after_a_commit_took_the_one_befor
     assert seen == ["lazy-1", "commit", "lazy-2"]
 
 
+async def test_a_queued_write_can_be_amended_until_its_commit_begins(journal: Journal) -> None:
+    """``amend`` gives a write still waiting in the queue another function (a safe tool's
+    result joining its intent, one row), among many queued writes; once its commit has begun,
+    or ended, it refuses and the write stays as it was."""
+    store = journal.store
+    seen: list[str] = []
+
+    def note(name: str, tx: Any) -> None:
+        seen.append(name)
+
+    queued = [
+        store.transact(functools.partial(note, f"lazy-{n}"), durability="lazy", isolated=False)
+        for n in range(50)
+    ]
+    assert store.amend(queued[10], functools.partial(note, "amended-10"))
+    assert store.amend(queued[49], functools.partial(note, "amended-49"))
+    await store.transact(functools.partial(note, "commit"), durability="commit", isolated=False)
+    await asyncio.gather(*queued)
+    expected = [f"lazy-{n}" for n in range(50)]
+    expected[10], expected[49] = "amended-10", "amended-49"
+    assert seen == [*expected, "commit"]
+    assert not store.amend(queued[0], functools.partial(note, "too-late"))
+    assert not store.amend(asyncio.get_running_loop().create_future(), lambda tx: None)
+    later = store.transact(functools.partial(note, "lazy-50"), durability="lazy", isolated=False)
+    assert store.amend(later, functools.partial(note, "amended-50"))
+    await asyncio.wait_for(later, 5)
+    assert seen[-1] == "amended-50" and "too-late" not in seen
+
+
 async def test_a_history_chain_reads_back_verified(journal: Journal) -> None:
     from stead._json import digest_text
 

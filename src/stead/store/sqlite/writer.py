@@ -98,6 +98,9 @@ class Writer:
         self._sync = sync
         self._always = always
         self._pending: list[Job[Any]] = []
+        #: The jobs of ``_pending`` by their future, for :meth:`amend` (many runs queue jobs
+        #: between a tool's intent and its result: no scan of the queue each time).
+        self._queued: dict[asyncio.Future[Any], Job[Any]] = {}
         self._scheduled = False
         #: The lazy-commit timer. It is not cancelled when a flush takes the lazy jobs early
         #: (every turn of a run, when the next intent commits): a later lazy job reuses it,
@@ -151,6 +154,7 @@ class Writer:
             answer(job, self.poisoned)
             return future
         self._pending.append(job)
+        self._queued[future] = job
         self._idle.clear()
         if self._scheduled:
             return future
@@ -196,11 +200,11 @@ class Writer:
     def amend(self, future: asyncio.Future[Any], fn: Callable[[Any], Any]) -> bool:
         """Give a job still waiting in the queue another function; False if it is not there
         (committed, or being committed)."""
-        for job in reversed(self._pending):
-            if job.future is future:
-                job.fn = fn
-                return True
-        return False
+        job = self._queued.get(future)
+        if job is None:
+            return False
+        job.fn = fn
+        return True
 
     async def aclose(self) -> None:
         """Commit what is queued, wait for every flush and delivery, stop the sync thread."""
@@ -225,6 +229,7 @@ class Writer:
         self._scheduled = False
         self._lazy_since = None
         batch, self._pending = self._pending, []
+        self._queued = {}
         if not batch:
             return
         if self.poisoned is not None:
@@ -283,6 +288,7 @@ class Writer:
         for job in batch:  # the rolled-back attempt left nothing behind
             job.result, job.error = None, None
         self._pending = batch + self._pending
+        self._queued.update((job.future, job) for job in batch)
         self._scheduled = True
         self._loop.call_later(self._busy_delay, self._flush)
         return True
