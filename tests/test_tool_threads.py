@@ -122,6 +122,19 @@ async def test_calls_made_at_once_run_one_after_another_on_the_thread_just_woken
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
 
 
+def _count_wakes(monkeypatch: pytest.MonkeyPatch, loop: Any) -> list[object]:
+    """The callbacks other threads hand ``loop`` (each a wake-up of it), as they come."""
+    wakes: list[object] = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(callback)
+        return plain(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    return wakes
+
+
 async def test_calls_finishing_while_the_loop_is_busy_wake_it_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -135,14 +148,7 @@ async def test_calls_finishing_while_the_loop_is_busy_wake_it_once(
     monkeypatch.setattr(_threads, "_pool", _threads._Pool())
     monkeypatch.setattr(_threads, "PATIENCE", 30.0)  # all ten run on one thread, in turn
     loop = asyncio.get_running_loop()
-    wakes: list[object] = []
-    plain = loop.call_soon_threadsafe
-
-    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        wakes.append(callback)
-        return plain(callback, *args, **kwargs)
-
-    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    wakes = _count_wakes(monkeypatch, loop)
     go = threading.Event()
 
     def square(n: int) -> int:
@@ -539,14 +545,7 @@ async def test_a_quiet_loop_takes_a_quick_calls_outcome_itself(
         raise KeyError("missing")
 
     loop = asyncio.get_running_loop()
-    wakes: list[object] = []
-    plain = loop.call_soon_threadsafe
-
-    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        wakes.append(callback)
-        return plain(callback, *args, **kwargs)
-
-    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    wakes = _count_wakes(monkeypatch, loop)
     with _quiet_loop():
         added = _threads.run_in_thread(lambda a, b=0: a + b, 2, b=3)
         assert added.done() and added.result() == 5
