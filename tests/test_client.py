@@ -213,6 +213,47 @@ async def test_a_provider_request_is_counted_once(db: str) -> None:
     assert (snapshot.checkpoint.usage.input_tokens, outcome.usage.output_tokens) == (20, 4)
 
 
+async def test_a_runs_usage_is_counted_from_its_responses_until_it_completes(db: str) -> None:
+    """The runtime writes a run's usage total when the run completes, not at every model
+    response; until then every reader counts it from the committed responses."""
+
+    def answer(request: stead.ModelRequest) -> stead.ModelResponse:
+        usage = stead.Usage(input_tokens=10 * request.turn, output_tokens=2, requests=7)
+        if request.turn == 1:
+            call = stead.ToolCall(name="pay", arguments={"amount": 5}, id="c1")
+            return stead.ModelResponse(tool_calls=(call,), usage=usage)
+        return stead.ModelResponse(text="done", usage=usage)
+
+    tools = _gated_agent([]).tools  # pay, which waits for an approval
+    agent = stead.Agent(id="a", version="1", model=FunctionModel(answer), tools=tools)
+    async with await stead.App(agents=[agent]).open(open_store(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        waiting = await _until(run, stead.RunStatus.WAITING)
+        stored = await runtime._read(lambda tx: tx.get_run(run.id))
+        (listed,) = (await runtime.list_runs()).runs
+        snapshot = await run.snapshot()
+        (pending,) = await runtime.list_interactions()
+        await runtime.respond(pending.interaction_id, stead.Approve())
+        outcome = await run.result(timeout=10)
+        done = await run.run()
+    one = {
+        "input_tokens": 10,
+        "output_tokens": 2,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "requests": 1,
+    }
+    assert stored is not None and stored.usage == {}  # not written while the run executes
+    assert waiting.usage == listed.usage == snapshot.run.usage == one
+    assert snapshot.checkpoint.usage == stead.Usage.from_json(one)
+    assert snapshot.checkpoint.updated_at >= stored.updated_at
+    assert (
+        done.usage
+        == outcome.usage.to_json()
+        == {**one, "input_tokens": 30, "output_tokens": 4, "requests": 2}
+    )
+
+
 async def test_a_client_submits_through_the_owner_or_with_a_named_version(db: str) -> None:
     agent = stead.Agent(id="a", version="7", model=ScriptedModel(["hi", "hi"]))
     app = stead.App(agents=[agent])

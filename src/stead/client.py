@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 from ._ids import new_id
 from ._json import NotJSONError, dumps, loads, to_json
 from ._threads import run_store_call
-from .agent.checkpoint import build_checkpoint
+from .agent.checkpoint import build_checkpoint, with_counted_usage
 from .agent.history import assistant_body, conversation
 from .agent.interactions import Answer, Approve, Deny, Response
 from .errors import (
@@ -343,7 +343,12 @@ class Client:
     async def run_record(self, run_id: str) -> Run:
         """The record of run ``run_id``."""
         require_id("run_id", run_id)
-        run = await self._read(lambda tx: tx.get_run(run_id))
+
+        def read(tx: Tx) -> Run | None:
+            run = tx.get_run(run_id)
+            return None if run is None else with_counted_usage(tx, run)
+
+        run = await self._read(read)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in {self.store!r}")
         return run
@@ -394,8 +399,9 @@ class Client:
                     f"after must be a cursor from a previous page, got {shown(after)}"
                 )
             before = int(after)
-        runs = await self._read(
-            lambda tx: tx.list_runs(
+
+        def read(tx: Tx) -> list[Run]:
+            found = tx.list_runs(
                 session_id=session_id,
                 agent_id=agent_id,
                 statuses=statuses,
@@ -404,7 +410,9 @@ class Client:
                 kind=kind,
                 parent_id=parent_id,
             )
-        )
+            return [with_counted_usage(tx, run) for run in found[:limit]] + found[limit:]
+
+        runs = await self._read(read)
         more = len(runs) > limit
         runs = runs[:limit]
         return RunPage(runs=runs, next_cursor=str(runs[-1].number) if more else None)
@@ -420,7 +428,7 @@ class Client:
                 return None
             operations = tx.operations(run_id)
             return Snapshot(
-                run=run,
+                run=with_counted_usage(tx, run, operations),
                 operations=operations,
                 cursor=tx.last_sequence(run_id),
                 checkpoint=build_checkpoint(tx, run, operations, prices),

@@ -90,6 +90,20 @@ class Usage:
             requests=int(data.get("requests", 0)),
         )
 
+    @classmethod
+    def of_response(cls, result: Mapping[str, Any]) -> Usage:
+        """What one committed model response adds (``result`` is its operation's result):
+        its tokens, and one request, whatever the adapter reported, so a request is never
+        counted twice."""
+        usage = result.get("usage") or {}
+        return cls(
+            input_tokens=int(usage.get("input_tokens", 0)),
+            output_tokens=int(usage.get("output_tokens", 0)),
+            cache_read_tokens=int(usage.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(usage.get("cache_write_tokens", 0)),
+            requests=1,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:

@@ -3,7 +3,8 @@ pending interactions, final text. Built from the journal; never stored."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,7 +15,7 @@ from ..messages import Message, Usage, message_from_json
 from ..models.pricing import Price, cost_usd
 from .history import conversation, own_messages, session_history
 
-__all__ = ["Checkpoint", "build_checkpoint"]
+__all__ = ["Checkpoint", "build_checkpoint", "counted_usage", "with_counted_usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,26 @@ class Checkpoint:
     final_text: str | None
     updated_at: datetime
     possibly_billed_attempts: int
+
+
+def counted_usage(operations: Iterable[Operation]) -> Usage:
+    """A run's usage counted from its committed model responses, as its execution counts it
+    (a response copied from the run it was forked from included)."""
+    total = Usage()
+    for op in operations:
+        if op.kind == "model" and op.status == "completed" and isinstance(op.result, dict):
+            total = total + Usage.of_response(op.result)
+    return total
+
+
+def with_counted_usage(tx: Tx, run: Run, operations: Sequence[Operation] | None = None) -> Run:
+    """``run`` as readers see it. The runtime writes a run's usage total when the run
+    completes, not at each model response; until then it is counted from the journal
+    (``operations``, if the caller has read them already)."""
+    if run.status == RunStatus.COMPLETED:
+        return run
+    found = tx.operations(run.id) if operations is None else operations
+    return dataclasses.replace(run, usage=counted_usage(found).to_json())
 
 
 def build_checkpoint(
@@ -75,11 +96,11 @@ def build_checkpoint(
     return Checkpoint(
         messages=messages,
         turns=turns,
-        usage=Usage.from_json(run.usage),
+        usage=counted_usage(operations),
         cost_usd=None if cost is None else round(cost, 8),
         tool_results=tool_results,
         pending_interactions=pending,
         final_text=final,
-        updated_at=run.updated_at,
+        updated_at=max([run.updated_at, *(op.updated_at for op in operations)]),
         possibly_billed_attempts=billed,
     )

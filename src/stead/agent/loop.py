@@ -81,19 +81,6 @@ class AgentOutcome:
     conversation: Conversation
 
 
-def committed_usage(result: JSON) -> Usage:
-    """The usage one committed model response adds: its tokens, and one request (whatever
-    the adapter reported, so a request is never counted twice)."""
-    usage = result.get("usage") or {}
-    return Usage(
-        input_tokens=int(usage.get("input_tokens", 0)),
-        output_tokens=int(usage.get("output_tokens", 0)),
-        cache_read_tokens=int(usage.get("cache_read_tokens", 0)),
-        cache_write_tokens=int(usage.get("cache_write_tokens", 0)),
-        requests=1,
-    )
-
-
 async def run_agent_loop(
     agent: Agent,
     ctx: RunContext,
@@ -160,7 +147,7 @@ async def run_agent_loop(
             ),
             input_text=model_input(name, context_digest, reference, turn),
             before=before,
-            after=functools.partial(_model_writes, state),
+            after=functools.partial(_count_usage, state),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
         )
         if fresh:
@@ -176,7 +163,7 @@ async def run_agent_loop(
                 )
             assistant = stored
         if not fresh:  # replayed: its usage is counted here (a fresh one's with its write)
-            state.usage = state.usage + committed_usage(result)
+            state.usage = state.usage + Usage.of_response(result)
         calls = assistant.tool_calls
         conversation.append(assistant, body=body)
         if not calls:
@@ -201,7 +188,7 @@ class _State:
     prices: Mapping[str, Price] | None
     usage: Usage = dataclasses.field(default_factory=Usage)
     #: What the fresh model response counts (:func:`_call_model`), until it is added to
-    #: ``usage`` with its write (:func:`_model_writes`).
+    #: ``usage`` as its result is written (:func:`_count_usage`).
     response_usage: Usage | None = None
 
 
@@ -273,7 +260,7 @@ async def _call_model(
         )
         raise _model_failure(agent, key, attempt - attempt_base, problem) from exc
     # The cost at today's prices is kept with the response: its event reports it.
-    state.response_usage = committed_usage(result)
+    state.response_usage = Usage.of_response(result)
     result["cost_usd"] = cost_usd(name, state.response_usage, state.prices)
     fresh.append(message)
     bodies.append(body)
@@ -364,11 +351,13 @@ def _model_failure(agent: Agent, key: str, attempt: int, exc: Exception) -> Stop
     )
 
 
-def _model_writes(state: _State, result: JSON) -> Writes:
-    """With a fresh model result: the run's new usage total, counted and written."""
+def _count_usage(state: _State, result: JSON) -> None:
+    """With a fresh model result, as it is written: the run's usage total counts it. The
+    total is not written at every turn: readers count it from the committed responses while
+    the run has not completed (:func:`stead.agent.checkpoint.counted_usage`), and its
+    completion writes it."""
     counted, state.response_usage = state.response_usage, None
-    state.usage = state.usage + (counted if counted is not None else committed_usage(result))
-    return Writes(usage=state.usage.to_json())
+    state.usage = state.usage + (counted if counted is not None else Usage.of_response(result))
 
 
 def _check_budget(agent: Agent, ctx: RunContext, state: _State, turn: int, name: str) -> None:

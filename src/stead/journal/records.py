@@ -109,6 +109,8 @@ class Run:
     outcome: JSON | None
     error: JSON | None
     attention_key: str | None
+    #: Token counts of the committed model responses. The runtime writes the total when the
+    #: run completes; until then a client's reads count it from the journal.
     usage: JSON
     created_at: datetime
     updated_at: datetime

@@ -141,7 +141,7 @@ class RunContext:
         execute: Callable[[int], Awaitable[JSON]],
         *,
         before: Writes | None = None,
-        after: Callable[[JSON], Writes] | None = None,
+        after: Callable[[JSON], Writes | None] | None = None,
         describe: str = "",
         max_attempts: int = 3,
         input_text: str | None = None,
@@ -154,7 +154,7 @@ class RunContext:
         ``execute(attempt)`` does the work; the events that report the intent and the result
         are built from what the journal keeps (``journal.events``). ``before`` is written with
         the intent (such as the messages the input refers to); ``after(result)``, called when
-        the result is new, is written with the result (such as the run's usage).
+        the result is new, is written with the result (``None``: nothing more to write).
         ``max_attempts`` bounds how often an interrupted operation is started again: an
         operation that keeps killing the process is not sent once more. ``stored`` is what the
         journal keeps of the input when part of it is journaled elsewhere already (default: all
