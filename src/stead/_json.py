@@ -131,13 +131,48 @@ def check(value: JSON) -> None:
     _check(value)
 
 
+def _text_problem(text: str) -> None:
+    problem = check_text(text)
+    if problem is not None:
+        raise NotJSONError(problem)
+
+
 def _check(value: JSON, depth: int = 0) -> None:
-    if isinstance(value, str):
-        problem = check_text(value)
-        if problem is not None:
-            raise NotJSONError(problem)
+    # The exact types JSON values are made of first, and a dict's or a list's plain text and
+    # scalars without a call each: most of a journal value is short ASCII text.
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            _text_problem(value)
+        return
+    if kind is dict or kind is list:
+        if depth >= MAX_DEPTH:
+            raise NotJSONError(f"the value is nested more than {MAX_DEPTH} levels deep")
+        if kind is dict:
+            for key, item in value.items():
+                if type(key) is not str and not isinstance(key, str):
+                    raise NotJSONError(
+                        f"JSON object keys must be strings, not {type(key).__name__}"
+                    )
+                if not key.isascii():
+                    _text_problem(key)
+                if type(item) is str:
+                    if not item.isascii():
+                        _text_problem(item)
+                elif item is not None and type(item) is not bool:
+                    _check(item, depth + 1)
+        else:
+            for item in value:
+                if type(item) is str:
+                    if not item.isascii():
+                        _text_problem(item)
+                elif item is not None and type(item) is not bool:
+                    _check(item, depth + 1)
         return
     if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _text_problem(value)
         return
     if isinstance(value, int):
         if value.bit_length() > _MAX_INT_BITS:
@@ -157,7 +192,7 @@ def _check(value: JSON, depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotJSONError(f"JSON object keys must be strings, not {type(key).__name__}")
-            _check(key)
+            _text_problem(key)
             _check(item, depth + 1)
         return
     raise NotJSONError(f"a value of type {type(value).__name__} is not JSON")
