@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stead
+from stead._json import MAX_DEPTH, NotJSONError, check
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
 S = stead.RunStatus
@@ -581,3 +583,52 @@ async def _answer_if_pending(
     pending = await runtime.list_interactions(status="pending", limit=1000)
     if any(i.interaction_id == interaction_id for i in pending):
         await runtime.respond(interaction_id, response)
+
+
+# -- the JSON check itself -----------------------------------------------------------------------
+
+
+def _stores_and_reads_back(value: Any) -> bool:
+    """What stead's JSON check promises, said plainly: strict JSON text (no NaN), valid UTF-8,
+    that reads back equal, nested at most MAX_DEPTH levels, with no integer of more than
+    13,000 bits (Python writes at most 4,300 digits)."""
+
+    def within(v: Any, levels: int) -> bool:
+        """At most ``levels`` levels of lists and dicts, and no integer too large."""
+        if isinstance(v, list | dict):
+            items = v.values() if isinstance(v, dict) else v
+            return levels > 0 and all(within(item, levels - 1) for item in items)
+        return not (isinstance(v, int) and v.bit_length() > 13_000)
+
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+        back = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return bool(back == value) and within(value, MAX_DEPTH)
+
+
+def _nested(levels: int, leaf: Any) -> Any:
+    value = leaf
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(odd_value, st.sampled_from(VALUE_ATOMS)))
+@example(value=Odd("255-deep", _nested(255, "\ud83d")))
+@example(value=Odd("256-deep", _nested(256, 1)))
+@example(value=Odd("257-deep", _nested(257, 1)))
+@example(value=Odd("surrogate-key", {"a": {"\udc80": 1}}))
+@example(value=Odd("int-key-deep", [{"a": [{1: "x"}]}]))
+@example(value=Odd("13000-bit", [2**13000 - 1, -(2**13000)]))
+def test_the_json_check_refuses_exactly_what_does_not_store_and_read_back(value: Odd) -> None:
+    try:
+        check(value.value)
+    except NotJSONError:
+        refused = True
+    else:
+        refused = False
+    assert refused is not _stores_and_reads_back(value.value), value.label
