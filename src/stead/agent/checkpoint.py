@@ -52,7 +52,10 @@ def with_counted_usage(tx: Tx, run: Run, operations: Sequence[Operation] | None 
     if run.status == RunStatus.COMPLETED:
         return run
     found = tx.operations(run.id) if operations is None else operations
-    return dataclasses.replace(run, usage=counted_usage(found).to_json())
+    counted = counted_usage(found)
+    if counted == Usage():  # no committed response (or a task's run): the row says it all
+        return run
+    return dataclasses.replace(run, usage=counted.to_json())
 
 
 def build_checkpoint(
