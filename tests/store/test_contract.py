@@ -209,6 +209,42 @@ async def test_an_operation_is_started_then_completed_once(journal: Journal) -> 
     assert run.usage == {"requests": 1}
 
 
+async def test_model_results_are_the_committed_responses_in_order(journal: Journal) -> None:
+    await journal.submit("run-1", "s")
+    for position, (key, kind, result) in enumerate(
+        [
+            ("model:1", "model", {"usage": {"input_tokens": 3}}),
+            ("tool:1:c1", "tool", {"output": 1}),
+            ("model:2", "model", {"usage": {"input_tokens": 5}}),
+            ("model:3", "model", None),  # started, not committed
+        ],
+        start=1,
+    ):
+        await journal.do(
+            transitions.start_operation,
+            run_id="run-1",
+            key=key,
+            position=position,
+            kind=kind,
+            recovery="safe",
+            input_hash="h",
+            input={"turn": position},
+            writes=None,
+        )
+        if result is not None:
+            await journal.do(
+                transitions.finish_operation,
+                run_id="run-1",
+                key=key,
+                kind=kind,
+                input={"turn": position},
+                result=result,
+                writes=None,
+            )
+    found = await journal.read(lambda tx: (tx.model_results("run-1"), tx.model_results("none")))
+    assert found == ([{"usage": {"input_tokens": 3}}, {"usage": {"input_tokens": 5}}], [])
+
+
 async def test_resolve_and_retry_continue_a_run_that_needs_attention(journal: Journal) -> None:
     await journal.submit("run-1", "s")
     await journal.do(transitions.begin, run_id="run-1", registered=_registered)

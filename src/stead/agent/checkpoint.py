@@ -38,10 +38,16 @@ class Checkpoint:
 def counted_usage(operations: Iterable[Operation]) -> Usage:
     """A run's usage counted from its committed model responses, as its execution counts it
     (a response copied from the run it was forked from included)."""
+    return _usage_of(
+        op.result for op in operations if op.kind == "model" and op.status == "completed"
+    )
+
+
+def _usage_of(results: Iterable[JSON]) -> Usage:
     total = Usage()
-    for op in operations:
-        if op.kind == "model" and op.status == "completed" and isinstance(op.result, dict):
-            total = total + Usage.of_response(op.result)
+    for result in results:
+        if isinstance(result, dict):
+            total = total + Usage.of_response(result)
     return total
 
 
@@ -51,8 +57,10 @@ def with_counted_usage(tx: Tx, run: Run, operations: Sequence[Operation] | None 
     (``operations``, if the caller has read them already)."""
     if run.status == RunStatus.COMPLETED:
         return run
-    found = tx.operations(run.id) if operations is None else operations
-    counted = counted_usage(found)
+    if operations is None:
+        counted = _usage_of(tx.model_results(run.id))
+    else:
+        counted = counted_usage(operations)
     if counted == Usage():  # no committed response (or a task's run): the row says it all
         return run
     return dataclasses.replace(run, usage=counted.to_json())

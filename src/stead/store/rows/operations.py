@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._json import JSON, dumps
+from ..._json import JSON, dumps, loads
 from ...journal.records import Operation, Recovery
 from ._base import OP_COLUMNS, SqlBase, operation_of
 from .events import operation_event
@@ -20,6 +20,15 @@ class OperationRows(SqlBase):
             f"SELECT {OP_COLUMNS} FROM stead_operations WHERE run_id = ? ORDER BY position",
             (run_id,),
         )
+
+    def model_results(self, run_id: str) -> list[JSON]:
+        """The results of a run's committed model responses, in order: what its usage counts."""
+        rows = self.execute(
+            "SELECT result FROM stead_operations WHERE run_id = ? AND kind = 'model' "
+            "AND status = 'completed' ORDER BY position",
+            (run_id,),
+        ).fetchall()
+        return [loads(row[0]) for row in rows]
 
     def get_operation(self, run_id: str, key: str) -> Operation | None:
         row = self.execute(
