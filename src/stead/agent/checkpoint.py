@@ -83,6 +83,7 @@ def build_checkpoint(
     messages: list[Message] = [message_from_json(loads(body)) for body in bodies]
     tools = {op.key: op for op in operations if op.kind == "tool" and op.status == "completed"}
     turns, billed = 0, 0
+    usage = Usage()
     cost: float | None = 0.0
     for op in operations:
         if op.kind != "model":
@@ -91,6 +92,7 @@ def build_checkpoint(
         if op.status != "completed" or not isinstance(op.result, dict):
             continue
         turns += 1
+        usage = usage + Usage.of_response(op.result)
         price = cost_usd(
             str(op.input.get("model")), Usage.from_json(op.result.get("usage")), prices
         )
@@ -107,7 +109,7 @@ def build_checkpoint(
     return Checkpoint(
         messages=messages,
         turns=turns,
-        usage=counted_usage(operations),
+        usage=usage,
         cost_usd=None if cost is None else round(cost, 8),
         tool_results=tool_results,
         pending_interactions=pending,
