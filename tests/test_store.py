@@ -451,7 +451,7 @@ async def test_a_sessions_runs_are_read_through_its_index_not_the_stores_history
     def begin_both(tx: Any) -> None:
         for run_id, history in (("t2", "t1"), ("t3", None)):
             _, previous = tx.run_to_begin(run_id)
-            assert getattr(previous, "id", None) == history
+            assert (previous[0] if previous else None) == history
         listed = tx.list_runs(
             session_id="mine", agent_id=None, statuses=["completed"], before_number=None, limit=10
         )

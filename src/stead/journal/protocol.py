@@ -28,6 +28,7 @@ from .records import (
     Run,
     RunStatus,
     Signal,
+    SubmissionState,
 )
 
 if TYPE_CHECKING:
@@ -68,8 +69,8 @@ class Tx(Protocol):
     def later_started(self, run: Run) -> Run | None: ...
     def submission_state(
         self, session_id: str, request_id: str, run_id: str
-    ) -> tuple[tuple[Run, str] | None, Run | None, Run | None]: ...
-    def run_to_begin(self, run_id: str) -> tuple[Run | None, Run | None]: ...
+    ) -> SubmissionState: ...
+    def run_to_begin(self, run_id: str) -> tuple[Run | None, tuple[str, JSON] | None]: ...
     def insert_run(
         self,
         *,

@@ -19,6 +19,7 @@ __all__ = [
     "Run",
     "RunStatus",
     "Signal",
+    "SubmissionState",
     "Writes",
     "outcome_history",
     "outcome_record",
@@ -129,6 +130,19 @@ class Run:
     def definition(self) -> str:
         """What the run executes: the agent id, the task name, or ``graph``."""
         return self.agent_id
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionState:
+    """What a submission decides on (``Tx.submission_state``), read as narrowly as it is
+    used: each part ``None`` where there is none."""
+
+    #: The run an earlier submission of the same request created, and that submission's digest.
+    earlier: tuple[str, str] | None
+    #: The session and request of the run that has the new run's id already.
+    taken: tuple[str, str] | None
+    #: The session's newest unfinished run, and its status.
+    busy: tuple[str, str] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,9 +99,10 @@ def begin(
         fields["history_length"] = 0  # a task or graph run has no conversation
     elif current.history_length is None:  # a session's history is taken when the run first starts
         head, length, source = None, 0, None
-        if previous is not None and previous.outcome is not None:
-            head, length = outcome_history(previous.outcome)
-            source = previous.id if length else None
+        if previous is not None and previous[1] is not None:
+            previous_id, previous_outcome = previous
+            head, length = outcome_history(previous_outcome)
+            source = previous_id if length else None
         fields["history_head"], fields["history_length"] = head, length
         fields["history_run"] = source
     tx.update_run(run_id, **fields)

@@ -43,11 +43,15 @@ def _same_submission(found: tuple[Run, str] | None, request_id: str, submission:
         return None
     existing, existing_digest = found
     if existing_digest != submission:
-        raise ConflictError(
-            f"request {request_id!r} of session {existing.session_id!r} already belongs to run "
-            f"{existing.id} with a different submission; use a new request_id for new work"
-        )
+        raise _conflict(request_id, existing.session_id, existing.id)
     return existing.id
+
+
+def _conflict(request_id: str, session_id: str, run_id: str) -> ConflictError:
+    return ConflictError(
+        f"request {request_id!r} of session {session_id!r} already belongs to run "
+        f"{run_id} with a different submission; use a new request_id for new work"
+    )
 
 
 def submit(
@@ -67,18 +71,21 @@ def submit(
 ) -> tuple[str, bool]:
     """Insert a run of an agent or a task (or find the identical earlier submission); True
     when it is ready. ``parent_id`` makes it a child the parent run owns."""
-    found, taken, busy = tx.submission_state(session_id, request_id, run_id)
-    existing = _same_submission(found, request_id, submission)
-    if existing is not None:
-        return existing, False
-    if taken is not None:
+    state = tx.submission_state(session_id, request_id, run_id)
+    if state.earlier is not None:
+        earlier, earlier_digest = state.earlier
+        if earlier_digest != submission:
+            raise _conflict(request_id, session_id, earlier)
+        return earlier, False
+    if state.taken is not None:
         raise ConflictError(
-            f"run id {run_id!r} is taken by session {taken.session_id!r} request "
-            f"{taken.request_id!r}; choose another run_id"
+            f"run id {run_id!r} is taken by session {state.taken[0]!r} request "
+            f"{state.taken[1]!r}; choose another run_id"
         )
-    if busy is not None and not enqueue:
+    if state.busy is not None and not enqueue:
+        busy, busy_status = state.busy
         raise ConflictError(
-            f"session {session_id!r} has unfinished run {busy.id} ({busy.status}); "
+            f"session {session_id!r} has unfinished run {busy} ({busy_status}); "
             "wait for it, or pass enqueue=True to queue this run behind it"
         )
     if max_pending is not None:
@@ -88,7 +95,7 @@ def submit(
                 f"max_pending_runs ({max_pending}) reached; request "
                 f"{request_id!r} was not accepted, try again later"
             )
-    status = RunStatus.QUEUED if busy is not None else RunStatus.PENDING
+    status = RunStatus.QUEUED if state.busy is not None else RunStatus.PENDING
     tx.insert_run(
         run_id=run_id,
         session_id=session_id,

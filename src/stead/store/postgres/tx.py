@@ -157,11 +157,11 @@ class PostgresTx(SqlTx):
         return interaction_of(row) if row else None
 
     def ask_find_request(self, session_id: str, request_id: str) -> Any:
-        self._lock_session(session_id)
+        self.lock_session(session_id)
         return super().ask_find_request(session_id, request_id)
 
     def ask_unfinished_in_session(self, session_id: str) -> Any:
-        self._lock_session(session_id)
+        self.lock_session(session_id)
         return super().ask_unfinished_in_session(session_id)
 
     def asked_submission(self) -> None:
@@ -174,10 +174,10 @@ class PostgresTx(SqlTx):
             self._counter = self.execute(_LOCK_COUNTER)
 
     def later_started(self, run: Run) -> Run | None:
-        self._lock_session(run.session_id)
+        self.lock_session(run.session_id)
         return super().later_started(run)
 
-    def _lock_session(self, session_id: str) -> None:
+    def lock_session(self, session_id: str) -> None:
         """A command deciding on a session's runs (a submission, a retry) holds the session
         until it commits, so two commands never decide on one session at once."""
         if self.lock_runs and session_id not in self._sessions:

@@ -8,13 +8,14 @@ from typing import Any
 
 from ..._clock import iso
 from ..._json import JSON, dumps
-from ...journal.records import RUNNABLE_STATUSES, Run, RunStatus
+from ...journal.records import RUNNABLE_STATUSES, Run, RunStatus, SubmissionState
 from ._base import (
     JSON_RUN_FIELDS,
     RUN_COLUMNS,
     TERMINAL_SQL,
     UPDATABLE_RUN_FIELDS,
     SqlBase,
+    load,
     run_of,
     time_of,
 )
@@ -54,22 +55,32 @@ class RunRows(SqlBase):
             (session_id,),
         )
 
-    def submission_state(
-        self, session_id: str, request_id: str, run_id: str
-    ) -> tuple[tuple[Run, str] | None, Run | None, Run | None]:
+    def submission_state(self, session_id: str, request_id: str, run_id: str) -> SubmissionState:
         """What a submission decides on, asked for before any is read (a pipelined
         transaction waits for the server once): the earlier submission of the request with
-        its digest, the run that has ``run_id``, and the session's newest unfinished run."""
-        found = self.ask_find_request(session_id, request_id)
-        taken = self.ask_run(run_id)
-        busy = self.ask_unfinished_in_session(session_id)
-        self.asked_submission()
-        rows = found.fetchone(), taken.fetchone(), busy.fetchone()
-        return (
-            (run_of(rows[0]), rows[0][-1]) if rows[0] else None,
-            run_of(rows[1]) if rows[1] else None,
-            run_of(rows[2]) if rows[2] else None,
+        its digest, the run that has ``run_id``, and the session's newest unfinished run —
+        only the columns a submission uses. A new store prepares each statement the first
+        time it runs, and a whole run row's is several times dearer to prepare."""
+        self.lock_session(session_id)
+        earlier = self.execute(
+            "SELECT id, submission_digest FROM stead_runs WHERE session_id = ? AND request_id = ?",
+            (session_id, request_id),
         )
+        taken = self.execute(
+            "SELECT session_id, request_id FROM stead_runs WHERE id = ?", (run_id,)
+        )
+        busy = self.execute(
+            f"SELECT id, status FROM stead_runs WHERE session_id = ? "
+            f"AND status NOT IN {TERMINAL_SQL} ORDER BY number DESC LIMIT 1",
+            (session_id,),
+        )
+        self.asked_submission()
+        rows = earlier.fetchone(), taken.fetchone(), busy.fetchone()
+        return SubmissionState(*(tuple(row) if row else None for row in rows))
+
+    def lock_session(self, session_id: str) -> None:
+        """Called before a command reads what it decides on about a session's runs: a store
+        where several processes write at once holds the session until the commit."""
 
     def asked_submission(self) -> None:
         """Called once :meth:`submission_state` has asked what it decides on, before it reads
@@ -83,21 +94,24 @@ class RunRows(SqlBase):
         ).fetchone()
         return run_of(row) if row else None
 
-    def run_to_begin(self, run_id: str) -> tuple[Run | None, Run | None]:
-        """A run and its session's newest completed agent run before it (whose conversation is
-        the session's history; task and graph runs have none), asked for together: a
-        pipelined transaction waits for the server once for both."""
+    def run_to_begin(self, run_id: str) -> tuple[Run | None, tuple[str, JSON] | None]:
+        """A run, and the id and outcome of its session's newest completed agent run before
+        it (whose conversation is the session's history; task and graph runs have none),
+        asked for together: a pipelined transaction waits for the server once for both."""
         run = self.ask_run(run_id)
         previous = self.execute(
             # Through the session's index: a store's completed runs are most of its runs.
-            f"SELECT {RUN_COLUMNS} FROM stead_runs{self.dialect.session_index} "
+            f"SELECT id, outcome FROM stead_runs{self.dialect.session_index} "
             "WHERE session_id = (SELECT session_id FROM stead_runs WHERE id = ?) "
             "AND number < (SELECT number FROM stead_runs WHERE id = ?) "
             "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
             (run_id, run_id),
         )
         found, before = run.fetchone(), previous.fetchone()
-        return (run_of(found) if found else None, run_of(before) if before else None)
+        return (
+            run_of(found) if found else None,
+            (before[0], load(before[1])) if before else None,
+        )
 
     def insert_run(
         self,
