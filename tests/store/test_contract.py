@@ -90,12 +90,14 @@ def _registered(run: Any) -> bool:
 async def test_submit_is_idempotent_per_request_and_orders_a_session(journal: Journal) -> None:
     assert await journal.submit("run-1", "s") == ("run-1", True)
     assert await journal.submit("run-x", "s") == ("run-1", False)  # the same request again
-    with pytest.raises(stead.ConflictError, match="different submission"):
+    with pytest.raises(stead.ConflictError, match="of session 's' already belongs to run run-1"):
         await journal.submit("run-y", "s", submission="other")
-    with pytest.raises(stead.ConflictError, match="unfinished run run-1"):
+    with pytest.raises(stead.ConflictError, match=r"unfinished run run-1 \(pending\)"):
         await journal.submit("run-2", "s", request="r2")
     assert await journal.submit("run-2", "s", request="r2", enqueue=True) == ("run-2", False)
-    with pytest.raises(stead.ConflictError, match="run id 'run-2' is taken"):
+    with pytest.raises(
+        stead.ConflictError, match="run id 'run-2' is taken by session 's' request 'r2'"
+    ):
         await journal.submit("run-2", "t")
     with pytest.raises(stead.LimitError, match="max_pending_runs"):
         await journal.submit("run-3", "u", max_pending=2)
