@@ -373,6 +373,40 @@ def langgraph_system() -> System:
 
 
 # --------------------------------------------------------------------------------------------
+# The Python floor: the same run's journal written by hand, with no engine
+# --------------------------------------------------------------------------------------------
+
+FLOOR = "Python floor"
+
+
+def floor_system() -> System:
+    """The journal work of the same loop with no engine at all (``step_overhead``'s floor: a
+    row a step, ``json.dumps``, ``sqlite3`` in WAL with ``synchronous=NORMAL``, fdatasync at
+    the submission and at the run's end, as stead's default barriers). It runs in the same
+    round-robin as the others, so its figure is what the machine allows any engine here: a
+    speed-up over a peer above the floor's own is out of reach."""
+    name, setting = FLOOR, "no engine: sqlite3 WAL, fsync at submission and end"
+    try:
+        import step_overhead
+    except Exception as exc:  # it imports stead, which is written alongside this script
+        return System(name, setting, None, skipped=f"the floor is not usable: {exc!r}")
+
+    def run_once(run_dir: Path, n: int) -> float:
+        steps = step_overhead._floor_steps(run_dir, TOOL_CALLS, "safe")
+        try:
+            turn = next(steps)
+            while True:
+                turn = steps.send(lookup_tool(turn - 1))
+        except StopIteration as done:
+            ms_per_step = float(done.value)
+        if COUNTER.tool != TOOL_CALLS:
+            raise BenchError(f"{name}: ran {COUNTER.tool} tool calls, expected {TOOL_CALLS}")
+        return ms_per_step * STEPS_PER_RUN / 1000.0
+
+    return System(name, setting, run_once)
+
+
+# --------------------------------------------------------------------------------------------
 # Driver and report
 # --------------------------------------------------------------------------------------------
 
@@ -413,7 +447,7 @@ def measure(systems: list[System], runs: int, warmup: int, base: Path | None) ->
                 try:
                     elapsed = system.run_once(run_dir, rnd)
                 except Exception as exc:
-                    if system.name != "stead":
+                    if system.name not in ("stead", FLOOR):
                         raise
                     # stead is being built alongside this script: report, don't crash the peers.
                     system.skipped = f"stead failed: {type(exc).__name__}: {exc}"
@@ -474,7 +508,8 @@ def report(systems: list[System], runs: int, warmup: int, base: Path) -> None:
             console.print(f"[yellow]skipped {s.name} ({s.setting}): {s.skipped}[/yellow]")
 
     steads = [s for s in systems if s.name == "stead"]
-    peers = [s for s in systems if s.name != "stead"]
+    floor = next((s for s in systems if s.name == FLOOR and s.median is not None), None)
+    peers = [s for s in systems if s.name not in ("stead", FLOOR)]
     ratios = Table(title="stead speed-up per durable step (peer ms/step / stead ms/step)")
     ratios.add_column("stead setting")
     ratios.add_column("vs")
@@ -491,6 +526,31 @@ def report(systems: list[System], runs: int, warmup: int, base: Path) -> None:
             verdict = "[green]PASS[/green]" if speedup >= target else "[red]MISS[/red]"
             ratios.add_row(st.setting, peer.name, f"{speedup:.1f}x", f">= {target:g}x", verdict)
     console.print(ratios)
+    if floor is None or floor.median is None:
+        return
+    ceiling = Table(
+        title="the Python floor (no engine) in the same loop: what the machine allows any engine"
+    )
+    ceiling.add_column("figure")
+    ceiling.add_column("value", justify="right")
+    for peer in peers:
+        if peer.median is not None:
+            ceiling.add_row(
+                f"floor's speed-up over {peer.name}", f"{peer.median / floor.median:.1f}x"
+            )
+    for st in steads:
+        if st.median is not None:
+            ceiling.add_row(f"stead {st.setting} / floor", f"{st.median / floor.median:.2f}x")
+    for st in steads:
+        target = TARGET_ALWAYS if '"always"' in st.setting else TARGET_BARRIERS
+        for peer in peers:
+            if peer.median is not None:
+                needed = peer.median / target / floor.median
+                ceiling.add_row(
+                    f"{target:g}x over {peer.name} needs stead {st.setting} at most",
+                    f"{needed:.2f}x the floor",
+                )
+    console.print(ceiling)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -514,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         stead_system("always"),
         dbos_system(),
         langgraph_system(),
+        floor_system(),
     ]
     measure(systems, args.runs, args.warmup, args.dir)
     report(systems, args.runs, args.warmup, base)
