@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 from ._ids import new_id
 from ._json import NotJSONError, dumps, loads, to_json
 from ._threads import run_store_call
-from .agent.checkpoint import build_checkpoint, with_counted_usage
+from .agent.checkpoint import build_checkpoint, with_counted_usage, with_usage
 from .agent.history import assistant_body, conversation
 from .agent.interactions import Answer, Approve, Deny, Response
 from .errors import (
@@ -427,11 +427,12 @@ class Client:
             if run is None:
                 return None
             operations = tx.operations(run_id)
+            checkpoint = build_checkpoint(tx, run, operations, prices)
             return Snapshot(
-                run=with_counted_usage(tx, run, operations),
+                run=with_usage(run, checkpoint.usage),  # counted once, for both
                 operations=operations,
                 cursor=tx.last_sequence(run_id),
-                checkpoint=build_checkpoint(tx, run, operations, prices),
+                checkpoint=checkpoint,
             )
 
         snapshot = await self._read(read)

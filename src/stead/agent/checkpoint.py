@@ -15,7 +15,7 @@ from ..messages import Message, Usage, message_from_json
 from ..models.pricing import Price, cost_usd
 from .history import conversation, own_messages, session_history
 
-__all__ = ["Checkpoint", "build_checkpoint", "counted_usage", "with_counted_usage"]
+__all__ = ["Checkpoint", "build_checkpoint", "counted_usage", "with_counted_usage", "with_usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +58,15 @@ def with_counted_usage(tx: Tx, run: Run, operations: Sequence[Operation] | None 
     if run.status == RunStatus.COMPLETED:
         return run
     if operations is None:
-        counted = _usage_of(tx.model_results(run.id))
-    else:
-        counted = counted_usage(operations)
-    if counted == Usage():  # no committed response (or a task's run): the row says it all
-        return run
+        return with_usage(run, _usage_of(tx.model_results(run.id)))
+    return with_usage(run, counted_usage(operations))
+
+
+def with_usage(run: Run, counted: Usage) -> Run:
+    """``run`` as readers see it, given the usage ``counted`` from its committed model
+    responses (:func:`counted_usage`, or a checkpoint's, which counts the same)."""
+    if run.status == RunStatus.COMPLETED or counted == Usage():
+        return run  # the total written at completion; or no response (a task's run, say)
     return dataclasses.replace(run, usage=counted.to_json())
 
 
