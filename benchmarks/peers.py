@@ -16,6 +16,11 @@ every commit is fsynced before the step counts as done):
   compiled with a ``SqliteSaver`` checkpointer (it switches the file to WAL itself) and invoked
   with ``durability="sync"``, so every super-step is checkpointed before the next one starts.
 
+Beside them, without a target, the Python floor: the same loop's journal written by hand with no
+engine (``step_overhead``'s floor, fdatasync'd at the submission and the end). Its speed-up over
+each peer is what the machine allows any engine in this loop, and the script prints what each
+target asks of stead as a multiple of it.
+
 Each run gets a fresh database in a fresh temporary directory, per system; opening the
 database, migrations and launch happen before the clock starts. Runs are interleaved across
 systems (round-robin) so that machine noise hits all of them alike, after warm-up rounds that are
