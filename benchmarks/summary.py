@@ -164,6 +164,7 @@ def peer_figures(runs: int, base: Path, table: Table) -> None:
     ]
     peers.measure(systems, runs, 2, base)
     by_name = {(s.name, s.setting): s for s in systems}
+    rivals = [s for s in systems if s.name not in ("stead", peers.FLOOR)]
     for system in systems:
         if system.median is None:
             table.add_row(f"{system.name} {system.setting}", system.skipped or "-", "", "")
@@ -173,7 +174,7 @@ def peer_figures(runs: int, base: Path, table: Table) -> None:
         )
     for fsync, target in (("barriers", 10.0), ("always", 5.0)):
         ours = by_name[("stead", f'SqliteStore(fsync="{fsync}")')].median
-        for peer in systems[2:4]:
+        for peer in rivals:
             if ours is None or peer.median is None:
                 continue
             speedup = peer.median / ours
@@ -187,11 +188,11 @@ def peer_figures(runs: int, base: Path, table: Table) -> None:
             )
     # The same loop's journal written by hand (no engine), in the same round-robin: a
     # speed-up over a peer is bounded by the floor's own.
-    floor = systems[4].median
+    floor = next(s for s in systems if s.name == peers.FLOOR).median
     ours = by_name[("stead", 'SqliteStore(fsync="barriers")')].median
     if floor is None or ours is None:
         return
-    for peer in systems[2:4]:
+    for peer in rivals:
         if peer.median is not None:
             table.add_row(
                 f"… the Python floor's own speed-up over {peer.name} (no engine at all)",

@@ -27,31 +27,32 @@ from ..commands import (
 )
 from ..events import Submitted
 from ..protocol import InboxRow, Tx
-from ..records import Run, RunStatus
+from ..records import RunStatus
 from ._shared import VersionOf, _run
 from .decisions import cancel, resolve, respond, retry, signal
 
 
 def existing_submission(tx: Tx, session_id: str, request_id: str, submission: str) -> str | None:
     """The run an identical earlier submission created; a different one is a conflict."""
-    return _same_submission(tx.find_request(session_id, request_id), request_id, submission)
+    found = tx.find_request(session_id, request_id)
+    earlier = None if found is None else (found[0].id, found[1])
+    return _same_submission(earlier, session_id, request_id, submission)
 
 
-def _same_submission(found: tuple[Run, str] | None, request_id: str, submission: str) -> str | None:
-    """``existing_submission`` of what ``Tx.find_request`` found."""
-    if found is None:
+def _same_submission(
+    earlier: tuple[str, str] | None, session_id: str, request_id: str, submission: str
+) -> str | None:
+    """The run of the request's ``earlier`` submission (its run id and digest) if it is the
+    same as ``submission``; a different one is a conflict."""
+    if earlier is None:
         return None
-    existing, existing_digest = found
-    if existing_digest != submission:
-        raise _conflict(request_id, existing.session_id, existing.id)
-    return existing.id
-
-
-def _conflict(request_id: str, session_id: str, run_id: str) -> ConflictError:
-    return ConflictError(
-        f"request {request_id!r} of session {session_id!r} already belongs to run "
-        f"{run_id} with a different submission; use a new request_id for new work"
-    )
+    run_id, digest_ = earlier
+    if digest_ != submission:
+        raise ConflictError(
+            f"request {request_id!r} of session {session_id!r} already belongs to run "
+            f"{run_id} with a different submission; use a new request_id for new work"
+        )
+    return run_id
 
 
 def submit(
@@ -72,11 +73,9 @@ def submit(
     """Insert a run of an agent or a task (or find the identical earlier submission); True
     when it is ready. ``parent_id`` makes it a child the parent run owns."""
     state = tx.submission_state(session_id, request_id, run_id)
-    if state.earlier is not None:
-        earlier, earlier_digest = state.earlier
-        if earlier_digest != submission:
-            raise _conflict(request_id, session_id, earlier)
-        return earlier, False
+    existing = _same_submission(state.earlier, session_id, request_id, submission)
+    if existing is not None:
+        return existing, False
     if state.taken is not None:
         raise ConflictError(
             f"run id {run_id!r} is taken by session {state.taken[0]!r} request "
