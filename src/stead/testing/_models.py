@@ -23,6 +23,27 @@ __all__ = ["FunctionModel", "ScriptedModel", "Turn"]
 #: One model turn: a final answer, tool calls to make, or a full response.
 Turn = Union[str, Sequence[ToolCall], ModelResponse]  # noqa: UP007 - used at runtime
 
+#: How many of the latest requests a test model keeps by default (each holds its conversation).
+KEEP_REQUESTS = 1_000
+
+
+def _keep_count(keep_requests: int | None) -> int | None:
+    if keep_requests is not None and (
+        isinstance(keep_requests, bool) or not isinstance(keep_requests, int) or keep_requests < 0
+    ):
+        raise ValidationError(
+            f"keep_requests must be a count >= 0 or None (keep every request), not "
+            f"{shown(keep_requests)}"
+        )
+    return keep_requests
+
+
+def _remember(requests: list[ModelRequest], request: ModelRequest, keep: int | None) -> None:
+    """Add ``request`` to ``requests``, letting go of the oldest beyond ``keep``."""
+    requests.append(request)
+    if keep is not None and len(requests) > keep:
+        del requests[: len(requests) - keep]
+
 
 def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
     if isinstance(turn, ModelResponse):
@@ -81,13 +102,20 @@ class ScriptedModel(_Streams):
     """Answers turn *n* of a run (``request.turn``) with ``turns[n-1]``.
 
     Because it answers by turn, not by call count, one instance serves many runs and gives the
-    same answer to a run resumed after a crash. Every request received is kept in
-    ``requests``.
+    same answer to a run resumed after a crash. The latest ``keep_requests`` requests received
+    are kept in ``requests``, oldest first (``None``: every one; a long-lived model serving
+    many runs would otherwise hold every conversation it was sent).
     """
 
     model_id = "stead:scripted"
 
-    def __init__(self, turns: Sequence[Turn], *, chunk_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        *,
+        chunk_delay: float = 0.0,
+        keep_requests: int | None = KEEP_REQUESTS,
+    ) -> None:
         if isinstance(turns, str | bytes) or not isinstance(turns, Sequence) or not turns:
             raise ValidationError(
                 "ScriptedModel needs a non-empty list of turns (each a str, a "
@@ -95,10 +123,11 @@ class ScriptedModel(_Streams):
             )
         self.turns = list(turns)
         self.chunk_delay = chunk_delay
+        self.keep_requests = _keep_count(keep_requests)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
+        _remember(self.requests, request, self.keep_requests)
         if not 1 <= request.turn <= len(self.turns):
             raise ValidationError(
                 f"ScriptedModel has {len(self.turns)} turns; it was asked for turn {request.turn}"
@@ -108,7 +137,8 @@ class ScriptedModel(_Streams):
 
 class FunctionModel(_Streams):
     """A model whose answer is ``fn(request)`` (sync or async), returning a str, a list of
-    :class:`stead.ToolCall` or a :class:`stead.ModelResponse`."""
+    :class:`stead.ToolCall` or a :class:`stead.ModelResponse`. The latest ``keep_requests``
+    requests are kept in ``requests``, as :class:`ScriptedModel` keeps them."""
 
     def __init__(
         self,
@@ -116,16 +146,18 @@ class FunctionModel(_Streams):
         *,
         model_id: str = "stead:function",
         chunk_delay: float = 0.0,
+        keep_requests: int | None = KEEP_REQUESTS,
     ) -> None:
         if not callable(fn):
             raise ValidationError(f"FunctionModel needs a callable, got {shown(fn)}")
         self.fn = fn
         self.model_id = model_id
         self.chunk_delay = chunk_delay
+        self.keep_requests = _keep_count(keep_requests)
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
+        _remember(self.requests, request, self.keep_requests)
         answer = self.fn(request)
         if inspect.isawaitable(answer):
             answer = await answer
