@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 import stead
-from stead.testing import FunctionModel, ScriptedModel
+from stead.testing import FunctionModel, ScriptedModel, Turn
 
 TARGETS = {"open": 20.0, "first": 100.0, "waiting": 2048.0, "storage": 2.5}
 
@@ -38,7 +38,7 @@ def _gated_app(started: asyncio.Event | None = None) -> stead.App:
         """Needs a person."""
         return "ok"
 
-    def answer(request: stead.ModelRequest) -> object:
+    def answer(request: stead.ModelRequest) -> Turn:
         if started is not None:
             started.set()
         if request.turn == 1 and request.messages[-1].content == "wait":  # type: ignore[union-attr]
@@ -105,7 +105,7 @@ async def storage_ratio(folder: Path, turns: int) -> tuple[int, int]:
         return text.upper()
 
     content = 0
-    script: list[object] = []
+    script: list[Turn] = []
     for i in range(turns):
         text = f"turn {i:04d} " + ("lorem ipsum dolor sit amet " * 40)[:1000]
         content += len(text) + len(text.upper())

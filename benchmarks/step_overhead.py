@@ -29,15 +29,17 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
 
 import stead
-from stead.testing import ScriptedModel
+from stead.testing import ScriptedModel, Turn
 
 JSON = Any
+Recovery = Literal["safe", "idempotent", "manual"]
+Fsync = Literal["barriers", "always"]
 
 TARGETS = {
     ("safe", "barriers"): 0.5,
@@ -153,22 +155,22 @@ def python_floor_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:
     return statistics.median(samples)
 
 
-def make_app(tool_calls: int, recovery: str, *, blocking: bool = True) -> stead.App:
+def make_app(tool_calls: int, recovery: Recovery, *, blocking: bool = True) -> stead.App:
     # A plain synchronous function, as most tools are written: it runs in a worker thread
     # unless declared blocking=False.
-    @stead.tool(name="lookup", recovery=recovery, blocking=blocking)  # type: ignore[call-overload]
+    @stead.tool(name="lookup", recovery=recovery, blocking=blocking)
     def lookup(i: int) -> dict[str, int]:
         """Look something up."""
         return {"i": i}
 
-    script: list[object] = [
+    script: list[Turn] = [
         [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")] for n in range(tool_calls)
     ]
     script.append("done")
     agent = stead.Agent(
         id="bench",
         version="1",
-        model=ScriptedModel(script),  # type: ignore[arg-type]
+        model=ScriptedModel(script),
         instructions="Look things up.",
         tools=[lookup],
         max_turns=tool_calls + 1,
@@ -177,12 +179,12 @@ def make_app(tool_calls: int, recovery: str, *, blocking: bool = True) -> stead.
 
 
 async def sequential_ms(
-    folder: Path, tool_calls: int, recovery: str, fsync: str, *, blocking: bool = True
+    folder: Path, tool_calls: int, recovery: Recovery, fsync: Fsync, *, blocking: bool = True
 ) -> float:
     """ms per durable step of one run of ``tool_calls`` tool calls (2 * tool_calls + 1 steps)."""
     app = make_app(tool_calls, recovery, blocking=blocking)
     path = folder / f"seq-{recovery}-{fsync}-{time.perf_counter_ns()}.db"
-    store = stead.SqliteStore(path, fsync=fsync)  # type: ignore[arg-type]
+    store = stead.SqliteStore(path, fsync=fsync)
     async with await app.open(store) as runtime:
         collect_garbage()
         start = time.perf_counter()
@@ -259,12 +261,13 @@ async def main() -> None:
                 "",
             )
         await sequential_ms(folder, 20, "safe", "barriers")  # warm-up
-        for recovery, fsync in (
+        rows: tuple[tuple[Recovery, Fsync], ...] = (
             ("safe", "barriers"),
             ("safe", "always"),
             ("manual", "barriers"),
             ("manual", "always"),
-        ):
+        )
+        for recovery, fsync in rows:
             steps = args.steps if recovery == "safe" else args.steps // 2
             ms = statistics.median(
                 [await sequential_ms(folder, steps, recovery, fsync) for _ in range(args.repeat)]
