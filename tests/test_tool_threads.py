@@ -158,6 +158,7 @@ async def test_calls_finishing_while_the_loop_is_busy_wake_it_once(
         return n * n
 
     calls = [_threads.run_in_thread(square, n) for n in range(10)]
+    await asyncio.sleep(0)  # the loop turns: it hands the calls over
     go.set()
     mailbox = _threads._mailbox(loop)
     deadline = time.monotonic() + 10
@@ -236,6 +237,73 @@ async def test_calls_waiting_behind_a_blocked_thread_share_one_timer(
     assert await asyncio.gather(*calls) == list(range(10))
     assert _threads._pool.threads == 10  # each blocked call got a thread of its own
     assert 1 <= len(timers) <= 3  # one look, and one more for calls made a moment later
+    assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
+def _count_hands(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The worker threads woken for a call (a hand-off each), as they are woken."""
+    from stead import _threads
+
+    woken: list[object] = []
+    plain = _threads._Worker.hand
+
+    def counted(worker: Any) -> None:
+        woken.append(worker)
+        plain(worker)
+
+    monkeypatch.setattr(_threads._Worker, "hand", counted)
+    return woken
+
+
+async def test_calls_made_before_the_loop_turns_wake_one_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs executing side by side call their tools between journal work that lets the
+    interpreter's lock go (a thread woken for the first call would finish it and idle before
+    the next): the calls made before the loop turns are handed over together, one wake-up."""
+    import asyncio
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    woken = _count_hands(monkeypatch)
+    calls = []
+    for n in range(5):
+        calls.append(_threads.run_in_thread(lambda n=n: n * n))
+        time.sleep(0.002)  # the interpreter's lock is free: a woken thread would run now
+    assert woken == []  # nothing handed over before the loop turns
+    assert await asyncio.gather(*calls) == [0, 1, 4, 9, 16]
+    assert len(woken) == 1
+    assert _threads._pool.threads == 1
+    assert _threads._pool.busy == 0 and not _threads._pool.backlog
+
+
+async def test_a_thread_waiting_for_the_interpreter_lock_is_not_given_up_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop keeps the interpreter's lock longer than PATIENCE after handing calls over:
+    the thread woken for them cannot begin, which is not blocking, so the calls behind it get
+    no threads of their own (each would wait for the same lock)."""
+    import asyncio
+    import sys
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "_pool", _threads._Pool())
+    calls = [_threads.run_in_thread(lambda n=n: n + 1) for n in range(10)]
+    await asyncio.sleep(0)  # the loop turns: it hands the calls over
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # the loop keeps the interpreter's lock while it computes
+    try:
+        end = time.monotonic() + 20 * _threads.PATIENCE
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+    assert await asyncio.gather(*calls) == list(range(1, 11))
+    assert _threads._pool.threads == 1
     assert _threads._pool.busy == 0 and not _threads._pool.backlog
 
 
