@@ -333,13 +333,17 @@ class _Pool:
         self.idle: list[_Worker] = []  # a stack: the warmest on top
         self.backlog: collections.deque[_Call] = collections.deque()
         self.threads = 0
-        self.busy = 0  # threads running a call
-        self.running: set[_Worker] = set()  # those threads
+        self.running: set[_Worker] = set()  # the threads running a call
         #: Until when the call a thread started last counts as just started (monotonic).
         self.fresh_until = 0.0
         #: The threads running a call on the CPU of the loop that handed it over.
         self.sharing: list[_Worker] = []
         self.workers: list[_Worker] = []  # every thread's, to close their pipes after a fork
+
+    @property
+    def busy(self) -> int:
+        """How many threads run a call."""
+        return len(self.running)
 
     def start(self, call: _Call, here: bool = False) -> None:
         """Hand ``call`` to a thread, or queue it. ``here``: the loop would wait for the
@@ -488,7 +492,6 @@ class _Pool:
                 self._share_no_more()
         else:
             return None
-        self.busy += 1
         self.running.add(worker)
         self.fresh_until = now + PATIENCE
         worker.calls.append(call)
@@ -542,7 +545,6 @@ class _Pool:
                 following = self.backlog.popleft() if self.backlog else None
                 worker.began = 0.0
                 if following is None:
-                    self.busy -= 1
                     self.running.discard(worker)
                     self.idle.append(worker)
                 else:
