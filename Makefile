@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/idle_cpu.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/postgres.py
+	$(BIN)/python benchmarks/instructions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache stead-demo.db*
