@@ -479,6 +479,39 @@ async def test_a_call_that_runs_long_is_let_run_on_any_cpu(
 
 
 @linux_affinity
+async def test_a_call_the_loop_waited_for_itself_is_let_run_on_any_cpu_when_it_runs_long(
+    placing: _Placing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call the loop waits for itself (a runtime executing one run) sets no timer while the
+    loop waits; one that outlasts the wait is let run anywhere ``SHARE`` seconds after it
+    started, as any other."""
+    import asyncio
+    import os
+    import time
+
+    from stead import _threads
+
+    monkeypatch.setattr(_threads, "SHARE", 0.05)
+    withdraw = _threads.wait_here_when(asyncio.get_running_loop(), lambda: True)
+    try:
+        thread, _ = await _threads.run_in_thread(_where)  # starts the thread
+        here = placing.keep_loop_here()
+        assert await _threads.run_in_thread(lambda: os.sched_getaffinity(0)) == here
+
+        def long() -> tuple[set[int], set[int]]:
+            early = os.sched_getaffinity(0)
+            time.sleep(0.5)
+            return early, os.sched_getaffinity(0)
+
+        early, late = await _threads.run_in_thread(long)
+    finally:
+        withdraw()
+    assert early == here  # woken on the loop's CPU
+    assert late == placing.everywhere  # then let go while it still ran
+    assert placing.pins == [(thread, here), (thread, placing.everywhere)]
+
+
+@linux_affinity
 async def test_calls_side_by_side_are_not_kept_on_the_loops_cpu(
     placing: _Placing, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -350,10 +350,14 @@ class _Pool:
         outcome itself, which it does only for a call that runs alone (:attr:`_Call.here`)."""
         now = time.monotonic()
         with self.lock:
-            alone = not self.busy
+            # Set before the call is placed: a thread woken for a call the loop waits for
+            # itself is not watched (see _hand) while the loop waits.
+            call.here = here and not self.busy
             worker, waits = self._place(call, now)
-            if worker is not None and here and alone:
-                call.here, call.worker = True, worker
+            if worker is not None and call.here:
+                call.worker = worker
+            else:
+                call.here = False
         if worker is not None:
             worker.hand()
         elif waits:
@@ -477,10 +481,8 @@ class _Pool:
             elif worker.placement.wake_here():
                 worker.since = now
                 self.sharing.append(worker)
-                box = call.mailbox
-                if self not in box.watching:  # one timer a loop and pool
-                    box.watching.add(self)
-                    box.loop.call_later(SHARE, self.watch, box)
+                if not call.here:  # else the loop looks once it stops waiting (_call)
+                    self.watch_later(call.mailbox, SHARE)
         elif self.threads < MAX_THREADS:
             self.threads += 1
             worker = _Worker()
@@ -503,6 +505,13 @@ class _Pool:
             worker.placement.free()
         self.sharing.clear()
 
+    def watch_later(self, box: _Mailbox, delay: float) -> None:
+        """On the loop: a look at the calls running on its CPU ``delay`` seconds from now,
+        unless one is due already (one timer a loop and pool, not one a call)."""
+        if self not in box.watching:
+            box.watching.add(self)
+            box.loop.call_later(delay, self.watch, box)
+
     def watch(self, box: _Mailbox) -> None:
         """On a loop, :data:`SHARE` after a call started on its CPU: each call that has run
         that long may run on any CPU (a function that computes without the interpreter's
@@ -520,8 +529,7 @@ class _Pool:
             self.sharing = sharing
             first = min((worker.since for worker in sharing), default=None)
         if first is not None:
-            box.watching.add(self)
-            box.loop.call_later(first + SHARE - now, self.watch, box)
+            self.watch_later(box, first + SHARE - now)
 
     def _work(self, worker: _Worker) -> None:
         placement = worker.placement
@@ -618,6 +626,8 @@ def _call(
                 os.read(worker.answer[0], 1)  # the thread's byte: written, or about to be
         if outcome is not None:
             _settle(future, *outcome)
+        else:  # it has run HERE seconds on the loop's CPU (no timer was set while it waited)
+            pool.watch_later(box, max(0.0, worker.since + SHARE - time.monotonic()))
     return future
 
 
