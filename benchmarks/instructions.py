@@ -28,7 +28,8 @@ and the process's end cancel out. Rows:
   worker thread), as ``summary.py``'s ``safe`` row.
 * safe, blocking=False: the same with the tool declared ``blocking=False`` (run on the loop).
 * manual: a run of ``manual`` tools (intent and result on disk around each).
-* 100 concurrent: 100 runs at once, each with the same synchronous tool.
+* 100 concurrent: 100 runs at once, each with the same synchronous tool, and with the tool
+  declared ``blocking=False``.
 
 Two runs of every row repeat within about 0.3% (the floor's within 0.01%). Some branches still
 follow the clock: under valgrind a program runs about fifty times slower while the engine's
@@ -90,6 +91,13 @@ ROWS = {
         Row("nonblocking", "safe step, tool declared blocking=False", 20, 120, _sequential_steps),
         Row("manual", "manual-tool run", 10, 60, _sequential_steps),
         Row("concurrent", "100 concurrent runs, synchronous tool", 2, 6, _concurrent_steps),
+        Row(
+            "concurrent-nonblocking",
+            "100 concurrent runs, tool declared blocking=False",
+            2,
+            6,
+            _concurrent_steps,
+        ),
     )
 }
 
@@ -103,12 +111,14 @@ def workload(name: str, tool_calls: int, folder: Path) -> None:
         return
 
     async def run() -> None:
-        if name == "concurrent":
-            await step_overhead.concurrent_steps_per_second(folder, 100, 1)
-            await step_overhead.concurrent_steps_per_second(folder, 100, tool_calls)
+        blocking = not name.endswith("nonblocking")
+        if name.startswith("concurrent"):
+            await step_overhead.concurrent_steps_per_second(folder, 100, 1, blocking=blocking)
+            await step_overhead.concurrent_steps_per_second(
+                folder, 100, tool_calls, blocking=blocking
+            )
             return
         recovery: step_overhead.Recovery = "manual" if name == "manual" else "safe"
-        blocking = name != "nonblocking"
         await step_overhead.sequential_ms(folder, 5, recovery, "barriers", blocking=blocking)
         await step_overhead.sequential_ms(
             folder, tool_calls, recovery, "barriers", blocking=blocking

@@ -214,8 +214,10 @@ async def short_runs_ms(folder: Path, tool_calls: int, runs: int) -> float:
     return statistics.median(samples)
 
 
-async def concurrent_steps_per_second(folder: Path, runs: int, tool_calls: int) -> float:
-    app = make_app(tool_calls, "safe")
+async def concurrent_steps_per_second(
+    folder: Path, runs: int, tool_calls: int, *, blocking: bool = True
+) -> float:
+    app = make_app(tool_calls, "safe", blocking=blocking)
     store = stead.SqliteStore(folder / f"concurrent-{time.perf_counter_ns()}.db")
     async with await app.open(store, max_concurrent_runs=runs) as runtime:
         collect_garbage()
