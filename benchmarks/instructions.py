@@ -28,6 +28,10 @@ and the process's end cancel out. Rows:
   worker thread), as ``summary.py``'s ``safe`` row.
 * safe, blocking=False: the same with the tool declared ``blocking=False`` (run on the loop).
 * manual: a run of ``manual`` tools (intent and result on disk around each).
+* short: runs of 10 tool calls (21 steps), each on a fresh store opened for it, as the 10-step
+  rows of ``summary.py`` and ``peers.py`` have them: what a run costs besides its steps (the
+  submission, beginning it, ending it, the statements a new connection prepares) spread over its
+  steps. Opening and closing the store are measured alone at the same sizes and subtracted.
 * 100 concurrent: 100 runs at once, each with the same synchronous tool, and with the tool
   declared ``blocking=False``.
 
@@ -59,6 +63,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import stead
 import step_overhead
 
 HERE = Path(__file__).resolve()
@@ -73,6 +78,9 @@ class Row:
     large: int
     #: Durable steps a run of ``n`` tool calls makes, for the marginal cost.
     steps: Callable[[int], int]
+    #: A workload measured at the same sizes whose cost is subtracted (what the row does
+    #: besides its steps: opening and closing a store for each run).
+    baseline: str | None = None
 
 
 def _sequential_steps(tool_calls: int) -> int:
@@ -83,6 +91,14 @@ def _concurrent_steps(tool_calls: int) -> int:
     return 100 * (2 * tool_calls + 1)
 
 
+def _short_run_steps(runs: int) -> int:
+    return runs * (2 * SHORT + 1)
+
+
+#: Tool calls of each of the short runs (21 steps, as in ``summary.py`` and ``peers.py``).
+SHORT = 10
+
+
 ROWS = {
     row.name: row
     for row in (
@@ -90,6 +106,14 @@ ROWS = {
         Row("safe", "safe step, plain synchronous tool", 20, 120, _sequential_steps),
         Row("nonblocking", "safe step, tool declared blocking=False", 20, 120, _sequential_steps),
         Row("manual", "manual-tool run", 10, 60, _sequential_steps),
+        Row(
+            "short",
+            "10-step runs, each on a fresh store (its opening and closing subtracted)",
+            2,
+            8,
+            _short_run_steps,
+            baseline="opens",
+        ),
         Row("concurrent", "100 concurrent runs, synchronous tool", 2, 6, _concurrent_steps),
         Row(
             "concurrent-nonblocking",
@@ -111,6 +135,17 @@ def workload(name: str, tool_calls: int, folder: Path) -> None:
         return
 
     async def run() -> None:
+        if name in ("short", "opens"):  # ``tool_calls`` counts runs here
+            app = step_overhead.make_app(SHORT, "safe")
+            for n in range(2 + tool_calls):  # two to warm up
+                path = Path(tempfile.mkdtemp(dir=folder)) / "short.db"
+                async with await app.open(stead.SqliteStore(path)) as runtime:
+                    if name == "short":
+                        handle = await runtime.submit(
+                            "bench", session_id=f"s{n}", request_id="r", prompt="go"
+                        )
+                        await handle.result()
+            return
         blocking = not name.endswith("nonblocking")
         if name.startswith("concurrent"):
             await step_overhead.concurrent_steps_per_second(folder, 100, 1, blocking=blocking)
@@ -127,8 +162,9 @@ def workload(name: str, tool_calls: int, folder: Path) -> None:
     asyncio.run(run())
 
 
-def count(valgrind: str, row: Row, tool_calls: int, folder: Path) -> int:
-    """Instructions of one child process running ``row`` with ``tool_calls`` tool calls."""
+def count(valgrind: str, name: str, tool_calls: int, folder: Path) -> int:
+    """Instructions of one child process running workload ``name`` with ``tool_calls`` tool
+    calls (runs, for the short runs and their baseline)."""
     out = Path(tempfile.mkdtemp(dir=folder))
     # The same hash seed in every child: set and dict orders (and so the work) repeat.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -141,7 +177,7 @@ def count(valgrind: str, row: Row, tool_calls: int, folder: Path) -> int:
             sys.executable,
             str(HERE),
             "--child",
-            row.name,
+            name,
             str(tool_calls),
             "--dir",
             str(out),
@@ -158,7 +194,7 @@ def count(valgrind: str, row: Row, tool_calls: int, folder: Path) -> int:
     found = re.search(r"^summary: (\d+)$", main.read_text(), re.M) if main.exists() else None
     if done.returncode != 0 or found is None:
         raise SystemExit(
-            f"the {row.name} row failed under valgrind (exit {done.returncode}):\n"
+            f"the {name} workload failed under valgrind (exit {done.returncode}):\n"
             f"{done.stderr[-2000:]}"
         )
     return int(found.group(1))
@@ -167,12 +203,22 @@ def count(valgrind: str, row: Row, tool_calls: int, folder: Path) -> int:
 def measure(valgrind: str, rows: list[Row], jobs: int, folder: Path) -> dict[str, float]:
     """Instructions per step of each row: the large run's count less the small one's, over
     the steps between them."""
-    sizes = [(row, n) for row in rows for n in (row.small, row.large)]
+    sizes = [
+        (name, n)
+        for row in rows
+        for name in (row.name, row.baseline)
+        if name is not None
+        for n in (row.small, row.large)
+    ]
     with ThreadPoolExecutor(jobs) as pool:
         counts = list(pool.map(lambda job: count(valgrind, job[0], job[1], folder), sizes))
-    by_size = dict(zip(((row.name, n) for row, n in sizes), counts, strict=True))
+    by_size = dict(zip(sizes, counts, strict=True))
+
+    def grown(name: str, row: Row) -> int:
+        return by_size[name, row.large] - by_size[name, row.small]
+
     return {
-        row.name: (by_size[row.name, row.large] - by_size[row.name, row.small])
+        row.name: (grown(row.name, row) - (grown(row.baseline, row) if row.baseline else 0))
         / (row.steps(row.large) - row.steps(row.small))
         for row in rows
     }
@@ -214,7 +260,8 @@ def main() -> int:
     table = Table("row", "instructions per step", "÷ Python floor")
     floor = per_step.get("floor")
     for name, value in per_step.items():
-        ratio = "" if floor is None else f"{value / floor:.2f}x"
+        # The floor's row is one long run: the short runs' per-run work has no counterpart.
+        ratio = "" if floor is None or name == "short" else f"{value / floor:.2f}x"
         table.add_row(ROWS[name].label, f"{value:,.0f}", ratio)
     console = Console(width=max(Console().width, 100))
     console.print(table)
