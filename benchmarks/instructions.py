@@ -35,9 +35,9 @@ and the process's end cancel out. Rows:
 * 100 concurrent: 100 runs at once, each with the same synchronous tool, and with the tool
   declared ``blocking=False``.
 
-Two runs of every row repeat within about 0.3% (the floor's within 0.01%). Some branches still
-follow the clock: under valgrind a program runs about fifty times slower while the engine's
-timeouts stay in real seconds (the millisecond the loop waits for a thread's answer itself, say),
+Two runs of every row repeat within about 0.3%. Some branches still follow the clock: under
+valgrind a program runs about fifty times slower while the engine's timeouts stay in real
+seconds (the millisecond the loop waits for a thread's answer itself, say),
 so the synchronous-tool rows take some branches a native run would not. A change to the hand-off
 to threads is judged by the clock; a change to the journal's work by the ``blocking=False`` row,
 which takes no such branch. Running two rows at a time (``--jobs 2``, the default) changes no
