@@ -263,7 +263,7 @@ async def test_unstorable_text_from_a_caller_is_refused_before_anything_is_writt
 # -- 1. a deleted or replaced database fails closed ---------------------------------------------
 
 
-@pytest.mark.parametrize("accident", ["unlink", "replace"])
+@pytest.mark.parametrize("accident", ["unlink", "replace", "unlink-wal", "replace-wal"])
 async def test_a_deleted_or_replaced_database_is_never_acknowledged_into(
     tmp_path: Path, accident: str
 ) -> None:
@@ -278,8 +278,13 @@ async def test_a_deleted_or_replaced_database_is_never_acknowledged_into(
         await first.result(timeout=10)
         if accident == "unlink":
             os.unlink(db)
-        else:
+        elif accident == "replace":
             os.replace(tmp_path / "other.db", db)
+        elif accident == "unlink-wal":
+            os.unlink(f"{db}-wal")
+        else:
+            (tmp_path / "other.db-wal").write_bytes(b"")
+            os.replace(tmp_path / "other.db-wal", f"{db}-wal")
         with pytest.raises(stead.StorageError, match=r"(deleted|replaced)"):
             await runtime.submit("a", session_id="s2", request_id="r2", prompt="hi")
         with pytest.raises(stead.StorageError):

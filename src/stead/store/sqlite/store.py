@@ -159,6 +159,9 @@ class SqliteStore:
         self._wal_fd: int | None = None
         self._lock_fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        #: The WAL's, as opened for flushing (the file keeps its inode while the store is open:
+        #: a checkpoint truncates it in place).
+        self._wal_identity: tuple[int, int] | None = None
         self._next_sequence = 1
         self._reserved_through = 0
         self._reserving: int | None = None
@@ -241,6 +244,8 @@ class SqliteStore:
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+            wal = os.fstat(self._wal_fd)
+            self._wal_identity = (wal.st_dev, wal.st_ino)
             sync = self._sync_wal
         self._conn = conn
         self._writer = Writer(
@@ -487,10 +492,9 @@ class SqliteStore:
     def check_identity(self) -> None:
         """Raise :class:`StorageError` if the database or its WAL at ``path`` is no longer the
         file this store writes (deleted, or replaced by another file)."""
-        wal = os.fstat(self._wal_fd) if self._wal_fd is not None else None
         for expected, path in (
             (self._identity, self.path),
-            ((wal.st_dev, wal.st_ino) if wal is not None else None, f"{self.path}-wal"),
+            (self._wal_identity, f"{self.path}-wal"),
         ):
             if expected is None:
                 continue
@@ -548,7 +552,7 @@ class SqliteStore:
             self._conn = None
             if self._wal_fd is not None:
                 os.close(self._wal_fd)  # SQLite holds no locks on the WAL file itself
-                self._wal_fd = None
+                self._wal_fd = self._wal_identity = None
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
                 self._lock_fd = None
