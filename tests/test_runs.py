@@ -473,6 +473,42 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
     assert begun[1][0].history_run == begun[0][0].id
 
 
+async def test_an_agents_instructions_and_tools_are_encoded_once_not_at_every_run(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What every model call's input refers to (the instructions and the tools' specs, in
+    canonical JSON, and its digest) is the same for every run of a registered agent: it is
+    encoded once per agent, and every run journals the same context."""
+    from stead.agent.tools import Tool
+
+    specs = 0
+    spec = Tool.spec
+
+    def counted(tool: Tool) -> Any:
+        nonlocal specs
+        specs += 1
+        return spec.fget(tool)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Tool, "spec", property(counted))
+    charge = ledger_tool([])
+    model = ScriptedModel(
+        [[stead.ToolCall(name="charge", arguments={"amount": 1}, id="c1")], "done"] * 3
+    )
+    app = stead.App(agents=[_agent(model, [charge])])
+    async with await app.open(open_store(db)) as runtime:
+        for n in range(3):
+            run = await runtime.submit("agent", session_id=f"s{n}", request_id="r", prompt="go")
+            assert (await run.result()).output == "done"
+    assert specs == 1  # its one tool's spec, for the first run only
+    contexts = {
+        row[0]
+        for row in _rows(
+            db, "SELECT input FROM stead_operations WHERE key = 'model:1' ORDER BY run_id"
+        )
+    }
+    assert len(contexts) == 1  # and each run refers to the same
+
+
 async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_first(
     db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
