@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from ._json import check_text
 from .errors import ValidationError, shown
 
 __all__ = ["require_id", "require_text"]
 
 _ID_MAX = 512
+#: The control characters an identifier may not hold: C0, DEL and C1.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def require_id(name: str, value: object) -> str:
@@ -15,7 +19,7 @@ def require_id(name: str, value: object) -> str:
         raise ValidationError(f"{name} must be a non-blank string, got {shown(value)}")
     if len(value) > _ID_MAX:
         raise ValidationError(f"{name} is {len(value)} characters long; the limit is {_ID_MAX}")
-    if any(ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in value):
+    if _CONTROL.search(value) is not None:
         raise ValidationError(f"{name} {shown(value)} contains control characters")
     problem = check_text(value)
     if problem is not None:
