@@ -435,8 +435,8 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
     db: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The transaction that submits a run and begins it knows what it wrote: the run it begins
-    from is not read back after its ``running`` status is written, and it is equal, field for
-    field and to the journal's precision, to what reading it back gives."""
+    from is not read, neither before nor after its ``running`` status is written, and it is
+    equal, field for field and to the journal's precision, to what reading it back gives."""
     from stead.journal import transitions
 
     begin = transitions.begin
@@ -444,18 +444,21 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
 
     def recorded_begin(tx: Any, run_id: str, *args: Any, **options: Any) -> Any:
         reads = 0
-        get_run = tx.get_run
+        get_run, ask_run = tx.get_run, tx.ask_run
 
-        def counted_get_run(wanted: str) -> Any:
-            nonlocal reads
-            reads += 1
-            return get_run(wanted)
+        def counted(read: Any) -> Any:
+            def reading(wanted: str) -> Any:
+                nonlocal reads
+                reads += 1
+                return read(wanted)
 
-        tx.get_run = counted_get_run
+            return reading
+
+        tx.get_run, tx.ask_run = counted(get_run), counted(ask_run)
         try:
             found = begin(tx, run_id, *args, **options)
         finally:
-            del tx.get_run
+            del tx.get_run, tx.ask_run
         if found is not None:
             begun.append((found.run, get_run(run_id), reads))
         return found
@@ -470,6 +473,7 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
     for run, stored, reads in begun:
         assert reads == 0
         assert run == stored
+    assert begun[0][0].number < begun[1][0].number
     assert begun[1][0].history_run == begun[0][0].id
 
 

@@ -53,10 +53,11 @@ def _write(tx: Tx, writes: Writes | None, run_id: str) -> None:
         tx.update_run(run_id, usage=writes.usage)
 
 
-def _wake_parent(tx: Tx, run: Run) -> None:
-    """A child run ended: its waiting parent goes on (and finds out how)."""
-    if run.parent_id is None:
+def _wake_parent(tx: Tx, run_id: str, parent_id: str | None) -> None:
+    """Run ``run_id`` (owned by ``parent_id``, if any) ended: its waiting parent goes on (and
+    finds out how)."""
+    if parent_id is None:
         return
-    parent = tx.get_run(run.parent_id)
+    parent = tx.get_run(parent_id)
     if parent is not None and parent.status == RunStatus.WAITING:
-        _pending(tx, parent.id, woken_by=f"child:{run.id}")
+        _pending(tx, parent.id, woken_by=f"child:{run_id}")

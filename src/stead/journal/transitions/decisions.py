@@ -178,7 +178,7 @@ def _cancel(tx: Tx, run: Run, reason: str | None) -> list[str]:
     for child in tx.child_runs(run.id):
         if not child.status.terminal:
             cancelled += _cancel(tx, child, f"its parent run {run.id} was cancelled")
-    _wake_parent(tx, run)
+    _wake_parent(tx, run.id, run.parent_id)
     return cancelled
 
 

@@ -61,7 +61,7 @@ def begin(
     (with the reason a migration refused it). ``fresh``: this transaction inserted the run and
     wrote nothing else of it (a submission, not a fork, which copies operations), so it has no
     operations or interactions to read."""
-    current, previous = tx.run_to_begin(run_id)
+    current, previous = tx.run_to_begin(run_id, fresh)
     if current is None:
         return None
     due = (
@@ -167,8 +167,8 @@ def inserts_fresh(command: Command) -> bool:
 
 def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
     """The run completed with ``outcome``; False if it was cancelled meanwhile."""
-    current = tx.get_run(run_id)
-    if current is None or current.status != RunStatus.RUNNING:
+    current = tx.run_standing(run_id)  # not the whole row: its status and owner are used
+    if current is None or current[0] != RunStatus.RUNNING.value:
         return False
     _write(tx, writes, run_id)
     tx.update_run(
@@ -179,7 +179,7 @@ def complete(tx: Tx, run_id: str, outcome: JSON, writes: Writes) -> bool:
         usage=outcome["usage"],
     )
     tx.append_event(run_id, StatusChanged(status="completed"))
-    _wake_parent(tx, current)
+    _wake_parent(tx, run_id, current[1])
     return True
 
 
@@ -222,7 +222,7 @@ def stop(
         ),
     )
     if status.terminal:
-        _wake_parent(tx, current)
+        _wake_parent(tx, current.id, current.parent_id)
 
 
 def park(

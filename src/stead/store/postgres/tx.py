@@ -20,7 +20,7 @@ from ..._json import dumps
 from ...errors import LeaseLostError
 from ...journal.records import Claim, Event, Interaction, Run
 from ..rows import POSTGRES, SqlTx
-from ..rows._base import INTERACTION_SELECT, RUN_COLUMNS, interaction_of
+from ..rows._base import INTERACTION_SELECT, interaction_of
 
 if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
     from .wire import Statement, Wire
@@ -67,6 +67,7 @@ class PostgresTx(SqlTx):
         #: worker's write, or another command, happen one after the other, and each statement
         #: (``READ COMMITTED``) sees what committed before.
         self.lock_runs = lock_runs
+        self.row_lock = " FOR UPDATE" if lock_runs else ""
         #: The fences this transaction checked: the run's row stays locked until it ends.
         self._fenced: dict[str, bool] = {}
         self._fenced_mark: dict[str, bool] = {}
@@ -140,13 +141,6 @@ class PostgresTx(SqlTx):
         return True
 
     # -- claims and fences -------------------------------------------------------------------
-
-    def ask_run(self, run_id: str) -> Any:
-        if not self.lock_runs:
-            return super().ask_run(run_id)
-        return self.execute(
-            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ? FOR UPDATE", (run_id,)
-        )
 
     def get_interaction(self, interaction_id: str) -> Interaction | None:
         if not self.lock_runs:

@@ -57,6 +57,9 @@ class Dialect:
     #: Put before a column to keep the planner from reading through that column's index, where
     #: it would with no statistics and another index is far narrower (SQLite's unary plus).
     unindexed: str = ""
+    #: What a run's ``INSERT`` adds to give back the run's ``number`` (none where the driver
+    #: knows the last row's key: SQLite's ``lastrowid``).
+    returning_number: str = ""
     _cache: dict[str, str] = field(default_factory=dict, compare=False)
 
     def sql(self, text: str) -> str:
@@ -87,6 +90,7 @@ POSTGRES = Dialect(
     insertion_order="number",
     release_claim=", claim_epoch = claim_epoch + 1, claimed_by = NULL, lease_until = NULL",
     share_lock=" FOR SHARE SKIP LOCKED",
+    returning_number=" RETURNING number",
 )
 
 
@@ -218,6 +222,9 @@ class SqlBase:
     unwritten: list[tuple[int, str, str, str, str]]
 
     clock: Clock
+    #: What a read of a run's row adds to hold it until the transaction ends (a command's
+    #: transaction where several processes write: ``FOR UPDATE``).
+    row_lock = ""
     #: The transaction's timestamp once taken, and its storage form (a savepoint resets it).
     _now: datetime | None
     _stamp: str
@@ -250,4 +257,9 @@ class SqlBase:
     def insert_id(self, sql: str, params: Sequence[Any]) -> int:
         """Insert one row and return its integer key."""
         cursor = self.execute(f"{sql} RETURNING id", params)
+        return int(cursor.fetchone()[0])
+
+    def inserted_number(self, cursor: Any) -> int:
+        """The ``number`` of the run the ``INSERT`` behind ``cursor`` wrote (its statement
+        ends in the dialect's ``returning_number``)."""
         return int(cursor.fetchone()[0])

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import iso
-from ..._json import JSON, dumps
+from ..._json import JSON, dumps, loads
 from ...journal.records import RUNNABLE_STATUSES, Run, RunStatus, SubmissionState
 from ._base import (
     JSON_RUN_FIELDS,
@@ -22,13 +22,27 @@ from ._base import (
 
 
 class RunRows(SqlBase):
+    #: The run this transaction inserted last, as written, until anything else changes a run:
+    #: the ``INSERT``'s cursor (its number) and the other fields (:meth:`run_to_begin`).
+    _inserted: tuple[Any, dict[str, Any]] | None = None
+
     def get_run(self, run_id: str) -> Run | None:
         row = self.ask_run(run_id).fetchone()
         return run_of(row) if row else None
 
     def ask_run(self, run_id: str) -> Any:
         """The statement :meth:`get_run` reads its row from (sent, not read yet)."""
-        return self.execute(f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?", (run_id,))
+        return self.execute(
+            f"SELECT {RUN_COLUMNS} FROM stead_runs WHERE id = ?{self.row_lock}", (run_id,)
+        )
+
+    def run_standing(self, run_id: str) -> tuple[str, str | None] | None:
+        """A run's status and the run that owns it (``None`` if there is no such run), held
+        as :meth:`get_run` holds the whole row: for a transition that decides on no more."""
+        row = self.execute(
+            f"SELECT status, parent_id FROM stead_runs WHERE id = ?{self.row_lock}", (run_id,)
+        ).fetchone()
+        return (str(row[0]), row[1]) if row else None
 
     def find_request(self, session_id: str, request_id: str) -> tuple[Run, str] | None:
         row = self.ask_find_request(session_id, request_id).fetchone()
@@ -94,11 +108,18 @@ class RunRows(SqlBase):
         ).fetchone()
         return run_of(row) if row else None
 
-    def run_to_begin(self, run_id: str) -> tuple[Run | None, tuple[str, JSON] | None]:
+    def run_to_begin(
+        self, run_id: str, fresh: bool = False
+    ) -> tuple[Run | None, tuple[str, JSON] | None]:
         """A run, and the id and outcome of its session's newest completed agent run before
         it (whose conversation is the session's history; task and graph runs have none),
-        asked for together: a pipelined transaction waits for the server once for both."""
-        run = self.ask_run(run_id)
+        asked for together: a pipelined transaction waits for the server once for both.
+        ``fresh``: this transaction inserted the run (:meth:`insert_run`) and changed nothing
+        of it since, so the run is what it wrote, and is not read back."""
+        inserted, self._inserted = self._inserted, None
+        if not fresh or inserted is None or inserted[1]["id"] != run_id:
+            inserted = None
+        asked = self.ask_run(run_id) if inserted is None else None
         previous = self.execute(
             # Through the session's index: a store's completed runs are most of its runs.
             f"SELECT id, outcome FROM stead_runs{self.dialect.session_index} "
@@ -107,11 +128,15 @@ class RunRows(SqlBase):
             "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
             (run_id, run_id),
         )
-        found, before = run.fetchone(), previous.fetchone()
-        return (
-            run_of(found) if found else None,
-            (before[0], load(before[1])) if before else None,
-        )
+        if asked is None:
+            assert inserted is not None
+            cursor, fields = inserted
+            current: Run | None = Run(number=self.inserted_number(cursor), **fields)
+        else:
+            found = asked.fetchone()
+            current = run_of(found) if found else None
+        before = previous.fetchone()
+        return current, (before[0], load(before[1])) if before else None
 
     def insert_run(
         self,
@@ -128,10 +153,11 @@ class RunRows(SqlBase):
         parent_id: str | None = None,
     ) -> None:
         now = self.stamp()
-        self.execute(
+        text = dumps(input)
+        cursor = self.execute(
             "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
             "input, submission_digest, created_at, updated_at, parent_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){self.dialect.returning_number}",
             (
                 run_id,
                 session_id,
@@ -140,16 +166,44 @@ class RunRows(SqlBase):
                 agent_id,
                 version,
                 status.value,
-                dumps(input),
+                text,
                 submission_digest,
                 now,
                 now,
                 parent_id,
             ),
         )
+        # The row as reading it back would give it (but its number), for a run begun in the
+        # same transaction (run_to_begin): every other column holds its default.
+        stamp = datetime.fromisoformat(now)
+        self._inserted = (
+            cursor,
+            {
+                "id": run_id,
+                "session_id": session_id,
+                "request_id": request_id,
+                "kind": kind,
+                "agent_id": agent_id,
+                "version": version,
+                "status": status,
+                "input": loads(text),
+                "history_head": None,
+                "history_length": None,
+                "outcome": None,
+                "error": None,
+                "attention_key": None,
+                "usage": {},
+                "created_at": stamp,
+                "updated_at": stamp,
+                "started_at": None,
+                "finished_at": None,
+                "parent_id": parent_id,
+            },
+        )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set fields of a run (and ``updated_at``). JSON fields are serialized here."""
+        self._inserted = None  # a run inserted before is no longer as it was written
         assignments, values = ["updated_at = ?"], [self.stamp()]
         for name, value in fields.items():
             if name not in UPDATABLE_RUN_FIELDS:

@@ -64,6 +64,9 @@ class SqliteTx(SqlTx):
         cursor = self.execute(sql, params)  # lastrowid: no RETURNING needed (SQLite < 3.35)
         return int(cursor.lastrowid)
 
+    def inserted_number(self, cursor: Any) -> int:
+        return int(cursor.lastrowid)
+
     # The rows themselves: shared SQL, in ..rows. What SQLite does its own way is above.
 
 
