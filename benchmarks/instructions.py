@@ -33,7 +33,10 @@ and the process's end cancel out. Rows:
   submission, beginning it, ending it, the statements a new connection prepares) spread over its
   steps. Opening and closing the store are measured alone at the same sizes and subtracted.
 * 100 concurrent: 100 runs at once, each with the same synchronous tool, and with the tool
-  declared ``blocking=False``.
+  declared ``blocking=False``. Their runs' own cost cancels out: both sizes run as many runs.
+* runs: what a run costs besides its steps where it is cheapest, on a runtime that is open
+  already: bursts of 100 runs at once, each run a single model call (its submission, its
+  start, its one step and its end), on one open store. Counted per run.
 
 Two runs of every row repeat within about 0.3%. Some branches still follow the clock: under
 valgrind a program runs about fifty times slower while the engine's timeouts stay in real
@@ -91,6 +94,10 @@ def _concurrent_steps(tool_calls: int) -> int:
     return 100 * (2 * tool_calls + 1)
 
 
+def _burst_runs(bursts: int) -> int:
+    return 100 * bursts
+
+
 def _short_run_steps(runs: int) -> int:
     return runs * (2 * SHORT + 1)
 
@@ -122,6 +129,13 @@ ROWS = {
             6,
             _concurrent_steps,
         ),
+        Row(
+            "runs",
+            "100 concurrent 1-step runs on an open store: instructions per run",
+            1,
+            3,
+            _burst_runs,
+        ),
     )
 }
 
@@ -145,6 +159,21 @@ def workload(name: str, tool_calls: int, folder: Path) -> None:
                             "bench", session_id=f"s{n}", request_id="r", prompt="go"
                         )
                         await handle.result()
+            return
+        if name == "runs":  # ``tool_calls`` counts bursts here
+            app = step_overhead.make_app(0, "safe")
+            store = stead.SqliteStore(folder / "runs.db")
+            async with await app.open(store, max_concurrent_runs=100) as runtime:
+                for burst in range(1 + tool_calls):  # one to warm up
+                    handles = await asyncio.gather(
+                        *(
+                            runtime.submit(
+                                "bench", session_id=f"s{burst}-{i}", request_id="r", prompt="go"
+                            )
+                            for i in range(100)
+                        )
+                    )
+                    await asyncio.gather(*(handle.result() for handle in handles))
             return
         blocking = not name.endswith("nonblocking")
         if name.startswith("concurrent"):
@@ -261,7 +290,7 @@ def main() -> int:
     floor = per_step.get("floor")
     for name, value in per_step.items():
         # The floor's row is one long run: the short runs' per-run work has no counterpart.
-        ratio = "" if floor is None or name == "short" else f"{value / floor:.2f}x"
+        ratio = "" if floor is None or name in ("short", "runs") else f"{value / floor:.2f}x"
         table.add_row(ROWS[name].label, f"{value:,.0f}", ratio)
     console = Console(width=max(Console().width, 100))
     console.print(table)

@@ -59,8 +59,8 @@ def begin(
     is not runnable. A run whose definition is not ``registered`` is re-pinned to the version
     and input ``migration`` gives it (a task's ``migrate``), or else goes to needs_attention
     (with the reason a migration refused it). ``fresh``: this transaction inserted the run and
-    wrote nothing else of it (a submission, not a fork, which copies operations), so it has no
-    operations or interactions to read."""
+    wrote nothing else of it (a submission, not a fork, which copies operations), so the run
+    is what it wrote (not read), and it has no operations or interactions to read."""
     current, previous = tx.run_to_begin(run_id, fresh)
     if current is None:
         return None
