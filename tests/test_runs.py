@@ -186,6 +186,81 @@ async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> No
     assert peak == 3
 
 
+async def test_runs_submitted_at_once_beyond_max_concurrent_runs_each_begin_once(
+    db: Journal,
+) -> None:
+    """Submissions made at once each see room before any of them commits: only as many as
+    there are slots begin in their submission's transaction; the others wait ``pending`` and
+    begin when a slot frees, each once. None is marked ``running`` and then resumed."""
+    running = peak = 0
+
+    async def answer(request: stead.ModelRequest) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return "ok"
+
+    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    async with await app.open(open_store(db), max_concurrent_runs=2) as runtime:
+        runs = await asyncio.gather(
+            *(
+                runtime.submit("agent", session_id=f"s{i}", request_id="r", prompt="go")
+                for i in range(8)
+            )
+        )
+        await asyncio.gather(*(r.result() for r in runs))
+    assert peak == 2
+    for run in runs:
+        statuses = [
+            (e.data["status"], e.data.get("resumed"))
+            for e in journal_events(db, run.id)
+            if e.kind == "status"
+        ]
+        assert statuses == [("running", False), ("completed", None)], run.id
+
+
+async def test_a_look_put_off_by_a_submissions_held_slot_is_made_when_it_is_given_back() -> None:
+    """A submission holds a slot while it may begin its run (``Scheduler.reserve``); a look
+    for runnable runs finding no room but that slot waits for it, and if the submission gives
+    the slot back unused (it failed, or its run was queued), the look is made then."""
+    from stead.journal.records import Claim
+    from stead.runtime.scheduler import Scheduler
+
+    runnable: list[Claim] = []
+    looks: list[int] = []
+    started: list[str] = []
+    done = asyncio.Event()
+
+    class Store:
+        async def claim_runs(self, limit: int, exclude: set[str]) -> tuple[list[Claim], None]:
+            looks.append(limit)
+            taken = runnable[:limit]
+            del runnable[:limit]
+            return taken, None
+
+    async def execute(claim: Claim, begun: object) -> bool:
+        started.append(claim.run_id)
+        done.set()
+        return False
+
+    scheduler = Scheduler(Store(), execute, max_concurrent_runs=1)  # type: ignore[arg-type]
+    await scheduler.start_loop()
+    assert looks == [1]
+    assert scheduler.reserve()
+    assert not scheduler.reserve()  # the one slot is held
+    runnable.append(Claim("run_p"))
+    scheduler.wake()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert looks == [1] and started == []  # no room but the held slot: the look waits
+    scheduler.unreserve()  # the submission did not begin a run
+    await asyncio.wait_for(done.wait(), 2)
+    assert started == ["run_p"]
+    scheduler.halt()
+
+
 async def test_list_runs_filters_and_pages(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
     async with await app.open(open_store(db)) as runtime:

@@ -318,36 +318,39 @@ class Runtime(Client):
 
     async def _apply(self, command: Command) -> Any:
         self._check()
-        if self.shared:
-            answer, claim, begun = await cast(SharedStore, self.store).apply_command(
-                command,
-                self.app.version_of,
-                self.limits.max_pending_runs,
-                claim=self._resumed and self._scheduler.has_room(),
-                begin=self._executor.begin,
-            )
-            if claim is not None:
-                self._accepted(claim.run_id, True, claim, begun)
-            else:
-                self._applied(command, answer)
-            return answer
+        # A submission with room begins its run in its own transaction, in a slot held for it
+        # until it answers (Scheduler.reserve).
         starts = (
             isinstance(command, Submit | SubmitTask | Fork)
             and self._resumed
-            and self._scheduler.has_room()
+            and self._scheduler.reserve()
         )
-        answer, begun = await self.store.transact(
-            functools.partial(
-                transitions.apply_and_begin,
-                command=command,
-                version_of=self.app.version_of,
-                max_pending=self.limits.max_pending_runs,
-                begin=self._executor.begin if starts else None,
-            ),
-            durability="barrier",
-        )
-        if begun is not None:
-            self._accepted(begun.run.id, True, Claim(begun.run.id), begun)
+        try:
+            if self.shared:
+                answer, claim, begun = await cast(SharedStore, self.store).apply_command(
+                    command,
+                    self.app.version_of,
+                    self.limits.max_pending_runs,
+                    claim=starts,
+                    begin=self._executor.begin,
+                )
+            else:
+                answer, begun = await self.store.transact(
+                    functools.partial(
+                        transitions.apply_and_begin,
+                        command=command,
+                        version_of=self.app.version_of,
+                        max_pending=self.limits.max_pending_runs,
+                        begin=self._executor.begin if starts else None,
+                    ),
+                    durability="barrier",
+                )
+                claim = Claim(begun.run.id) if begun is not None else None
+        finally:
+            if starts:
+                self._scheduler.unreserve()
+        if claim is not None:
+            self._accepted(claim.run_id, True, claim, begun)
         else:
             self._applied(command, answer)
         return answer

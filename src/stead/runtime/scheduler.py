@@ -50,6 +50,12 @@ class Scheduler:
         self.max_concurrent_runs = max_concurrent_runs
         self._lease_seconds = lease_seconds
         self.active: dict[str, asyncio.Task[None]] = {}
+        #: Slots held for submissions that may begin their run in their own transaction
+        #: (:meth:`reserve`), until they answer.
+        self._reserved = 0
+        #: Whether a look found no room only because of held slots: it looks again when one
+        #: is given back.
+        self._deferred = False
         #: The claims of the runs executing here.
         self.claims: dict[str, Claim] = {}
         #: Claims still held by executions that ended without leaving ``running``.
@@ -91,8 +97,25 @@ class Scheduler:
         return (
             self._task is not None
             and not self.draining
-            and len(self.active) < self.max_concurrent_runs
+            and len(self.active) + self._reserved < self.max_concurrent_runs
         )
+
+    def reserve(self) -> bool:
+        """Hold a slot for a submission that begins its run in its own transaction if there is
+        room now; False if there is none. Submissions made at once all see room before any of
+        them commits: without the hold, each would begin its run (``running``), and those
+        beyond the slots would be given back to be begun again later. The submission gives the
+        slot back (:meth:`unreserve`) when it answers, before it starts what it began."""
+        if not self.has_room():
+            return False
+        self._reserved += 1
+        return True
+
+    def unreserve(self) -> None:
+        self._reserved -= 1
+        if self._deferred:
+            self._deferred = False
+            self._wake.set()
 
     def start(self, claim: Claim, begun: Begun | None = None) -> None:
         run_id = claim.run_id
@@ -122,7 +145,7 @@ class Scheduler:
             return
         if self._ending or self._claiming or self._looking:
             return  # a look is under way: the loop looks once more after it (runs end in bursts)
-        free = self.max_concurrent_runs - len(self.active) + 1
+        free = self.max_concurrent_runs - len(self.active) - self._reserved + 1
         if free <= 0:  # more execute here than there is room for (runs adopted meanwhile)
             return
         future = self._store.claim_runs(free, set(self.active))
@@ -202,8 +225,9 @@ class Scheduler:
 
     async def _look(self) -> None:
         """Claim what there is room for and start it; arm the timer for what is due later."""
-        free = self.max_concurrent_runs - len(self.active)
+        free = self.max_concurrent_runs - len(self.active) - self._reserved
         if free <= 0 or self.draining or self._stopped:
+            self._deferred = self._reserved > 0
             return
         self._looking = True
         try:
