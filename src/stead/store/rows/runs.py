@@ -120,13 +120,22 @@ class RunRows(SqlBase):
         if not fresh or inserted is None or inserted[1]["id"] != run_id:
             inserted = None
         asked = self.ask_run(run_id) if inserted is None else None
+        # Through the session's index: a store's completed runs are most of its runs. A run
+        # just inserted is its session's newest (and not completed): its session is known,
+        # and every completed run of it came before.
+        where, params = (
+            ("session_id = ?", (inserted[1]["session_id"],))
+            if inserted is not None
+            else (
+                "session_id = (SELECT session_id FROM stead_runs WHERE id = ?) "
+                "AND number < (SELECT number FROM stead_runs WHERE id = ?)",
+                (run_id, run_id),
+            )
+        )
         previous = self.execute(
-            # Through the session's index: a store's completed runs are most of its runs.
-            f"SELECT id, outcome FROM stead_runs{self.dialect.session_index} "
-            "WHERE session_id = (SELECT session_id FROM stead_runs WHERE id = ?) "
-            "AND number < (SELECT number FROM stead_runs WHERE id = ?) "
+            f"SELECT id, outcome FROM stead_runs{self.dialect.session_index} WHERE {where} "
             "AND status = 'completed' AND kind = 'agent' ORDER BY number DESC LIMIT 1",
-            (run_id, run_id),
+            params,
         )
         if asked is None:
             assert inserted is not None
