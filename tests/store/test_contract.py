@@ -121,11 +121,10 @@ async def test_runnable_runs_are_session_heads_in_submission_order(journal: Jour
     await journal.submit("a1", "a")
     await journal.submit("a2", "a", request="r2", enqueue=True)
     await journal.submit("b1", "b")
-    runnable = await journal.read(lambda tx: tx.runnable(10, set()))
-    assert [r.id for r in runnable] == ["a1", "b1"]
-    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, {"a1"}))] == ["b1"]
+    assert await journal.read(lambda tx: tx.runnable(10, set())) == ["a1", "b1"]
+    assert await journal.read(lambda tx: tx.runnable(10, {"a1"})) == ["b1"]
     await journal.do(transitions.cancel, run_id="a1", reason="no")
-    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, set()))] == ["a2", "b1"]
+    assert await journal.read(lambda tx: tx.runnable(10, set())) == ["a2", "b1"]
 
 
 async def test_begin_claims_a_runnable_run_once(journal: Journal) -> None:
@@ -162,7 +161,7 @@ async def test_a_due_retry_wait_is_runnable_and_sets_the_next_wakeup(journal: Jo
     assert await journal.read(lambda tx: tx.next_wakeup()) == due
     assert await journal.read(lambda tx: tx.runnable(10, set())) == []
     journal.clock.advance(seconds=30)
-    assert [r.id for r in await journal.read(lambda tx: tx.runnable(10, set()))] == ["run-1"]
+    assert await journal.read(lambda tx: tx.runnable(10, set())) == ["run-1"]
 
 
 # -- operations ------------------------------------------------------------------------------

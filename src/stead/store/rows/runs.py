@@ -239,16 +239,17 @@ class RunRows(SqlBase):
         """Called when an update drops the run's claim, the run going to ``status`` (a store
         with claims keeps track)."""
 
-    def runnable(self, limit: int, exclude: Iterable[str]) -> list[Run]:
-        """Runs the scheduler may start, in submission order: runnable status (or a retry_wait
-        or a timer whose time has come) and at the head of their session (no earlier
-        unfinished run)."""
+    def runnable(self, limit: int, exclude: Iterable[str]) -> list[str]:
+        """The ids of the runs the scheduler may start, in submission order: runnable status
+        (or a retry_wait or a timer whose time has come) and at the head of their session (no
+        earlier unfinished run). Only the ids: beginning a run reads it again, in the
+        transaction that claims it."""
         excluded = set(exclude)
         statuses = ", ".join(f"'{s}'" for s in RUNNABLE_STATUSES)
         rows = self.execute(
             # Each kind of candidate is found through its index (the last in the words of the
             # timers' partial index): however many runs ended, only candidates are read.
-            f"SELECT {RUN_COLUMNS} FROM stead_runs AS r WHERE r.number IN ("
+            "SELECT r.id FROM stead_runs AS r WHERE r.number IN ("
             f"SELECT number FROM stead_runs WHERE status IN ({statuses}) "
             "UNION ALL SELECT number FROM stead_runs "
             "WHERE status = 'retry_wait' AND next_attempt_at <= ? "
@@ -259,7 +260,7 @@ class RunRows(SqlBase):
             "ORDER BY r.number LIMIT ?",
             (self.stamp(), self.stamp(), limit + len(excluded)),
         ).fetchall()
-        return [run for run in map(run_of, rows) if run.id not in excluded][:limit]
+        return [run_id for (run_id,) in rows if run_id not in excluded][:limit]
 
     def next_wakeup(self) -> datetime | None:
         """The earliest time a run in retry_wait, or waiting on a timer, becomes runnable."""

@@ -454,7 +454,7 @@ class SqliteStore:
         skip = set(exclude)
         return self.read(
             lambda tx: (
-                [Claim(run.id) for run in tx.runnable(limit, skip)],
+                [Claim(run_id) for run_id in tx.runnable(limit, skip)],
                 tx.next_wakeup(),
             )
         )
