@@ -552,6 +552,55 @@ async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_jo
     assert begun[1][0].history_run == begun[0][0].id
 
 
+async def test_a_run_the_scheduler_begins_is_read_once_and_is_what_the_journal_holds(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run begun in a transaction of its own (queued for a slot) is read once, before its
+    ``running`` status is written; its journal is read, the run itself not again, and what it
+    begins from equals what reading it back gives."""
+    from stead.journal import transitions
+
+    begin = transitions.begin
+    begun: list[tuple[stead.Run, stead.Run | None, int, bool]] = []
+
+    def recorded_begin(tx: Any, run_id: str, *args: Any, **options: Any) -> Any:
+        reads = 0
+        get_run, ask_run = tx.get_run, tx.ask_run
+
+        def counted(read: Any) -> Any:
+            def reading(wanted: str) -> Any:
+                nonlocal reads
+                reads += 1
+                return read(wanted)
+
+            return reading
+
+        tx.get_run, tx.ask_run = counted(get_run), counted(ask_run)
+        try:
+            found = begin(tx, run_id, *args, **options)
+        finally:
+            del tx.get_run, tx.ask_run
+        if found is not None:
+            begun.append((found.run, get_run(run_id), reads, bool(options.get("fresh"))))
+        return found
+
+    monkeypatch.setattr(transitions, "begin", recorded_begin)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 3))])
+    async with await app.open(open_store(db), max_concurrent_runs=1) as runtime:
+        runs = await asyncio.gather(
+            *(
+                runtime.submit("a", session_id=f"s{n}", request_id="r", prompt="go")
+                for n in range(3)
+            )
+        )
+        for run in runs:
+            assert (await run.result()).output == "done"
+    assert [fresh for *_, fresh in begun] == [True, False, False]
+    for run, stored, reads, fresh in begun:
+        assert run == stored
+        assert reads == (0 if fresh else 1)
+
+
 async def test_an_agents_instructions_and_tools_are_encoded_once_not_at_every_run(
     db: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:

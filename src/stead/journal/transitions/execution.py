@@ -116,13 +116,11 @@ def begin(
     )
     operations: list[Operation] = []
     interactions: list[Interaction] = []
-    run: Run | None
-    if fresh and migrated_from is None:
-        run = _as_updated(current, fields, tx.now())  # not read back: nothing else changed
-    elif fresh:
-        run = tx.get_run(run_id)
-    else:
-        run, operations, interactions = tx.run_journal(run_id)
+    if not fresh:
+        operations, interactions = tx.run_journal(run_id)
+    # Not read back: this transaction read the run and changed it by ``fields`` alone (a
+    # migration's input is read back, as the journal holds it).
+    run = _as_updated(current, fields, tx.now()) if migrated_from is None else tx.get_run(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)

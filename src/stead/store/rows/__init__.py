@@ -6,8 +6,8 @@ backend's transaction class (``store.sqlite.tx.SqliteTx``) adds only its connect
 
 from __future__ import annotations
 
-from ...journal.records import Interaction, Operation, Run
-from ._base import POSTGRES, SQLITE, Dialect, SqlBase, interaction_of, operation_of, run_of
+from ...journal.records import Interaction, Operation
+from ._base import POSTGRES, SQLITE, Dialect, SqlBase, interaction_of, operation_of
 from .blobs import BlobRows
 from .events import EventRows
 from .inbox import InboxRows
@@ -32,15 +32,12 @@ class SqlTx(
 ):
     """Every row operation of the :class:`~stead.journal.protocol.Tx` protocol."""
 
-    def run_journal(self, run_id: str) -> tuple[Run | None, list[Operation], list[Interaction]]:
-        """A run, its operations and its interactions, asked for before any is read: a
-        pipelined transaction waits for the server once for the three."""
-        run = self.ask_run(run_id)
+    def run_journal(self, run_id: str) -> tuple[list[Operation], list[Interaction]]:
+        """A run's journal: its operations and its interactions, both asked for before either
+        is read (a pipelined transaction waits for the server once for the two)."""
         operations = self.ask_operations(run_id)
         interactions = self.ask_run_interactions(run_id)
-        row = run.fetchone()
         return (
-            run_of(row) if row else None,
             [operation_of(found) for found in operations.fetchall()],
             [interaction_of(found) for found in interactions.fetchall()],
         )
