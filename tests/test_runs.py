@@ -261,6 +261,33 @@ async def test_a_look_put_off_by_a_submissions_held_slot_is_made_when_it_is_give
     scheduler.halt()
 
 
+async def test_result_reports_a_timeout_of_the_store_as_its_own_not_as_the_wait_running_out(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TimeoutError raised while result() waits (a store with no free connection, say) is
+    the store's, and says so: with no timeout given it is not turned into a TypeError, and with
+    one it is not reported as the run not ending in time."""
+    app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
+    async with await app.open(open_store(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        assert (await run.result(timeout=10)).output == "ok"
+
+        async def busy(run_id: str) -> Any:
+            raise TimeoutError("no connection was free within 30s")
+
+        monkeypatch.setattr(runtime, "_await_outcome", busy)
+        for timeout in (None, 10):
+            with pytest.raises(TimeoutError, match="no connection was free"):
+                await run.result(timeout=timeout)
+
+        async def slow(run_id: str) -> Any:
+            await asyncio.sleep(10)
+
+        monkeypatch.setattr(runtime, "_await_outcome", slow)
+        with pytest.raises(TimeoutError, match=f"run {run.id} did not end within 0.05s"):
+            await run.result(timeout=0.05)
+
+
 async def test_list_runs_filters_and_pages(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["ok"]))])
     async with await app.open(open_store(db)) as runtime:

@@ -477,10 +477,14 @@ class Client:
             raise ValidationError(
                 f"timeout must be a number of seconds >= 0 or None, got {shown(timeout)}"
             )
+        if timeout is None:
+            return await self._await_outcome(run_id)
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as scope:
                 return await self._await_outcome(run_id)
         except TimeoutError:
+            if not scope.expired():  # the store's own (a pool with no free connection, say)
+                raise
             raise TimeoutError(
                 f"run {run_id} did not end within {timeout:g}s; it goes on — call result() "
                 "again to keep waiting"
