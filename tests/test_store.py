@@ -10,9 +10,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stead
 from stead.store.sqlite import SCHEMA_VERSION
@@ -759,3 +762,28 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
     assert len(delivered) == 5
     sequences = [s for batch in delivered for s in batch]
     assert sequences == sorted(sequences) and len(sequences) == len(set(sequences))
+
+
+@given(
+    moment=st.datetimes(
+        min_value=datetime(2, 1, 1),
+        max_value=datetime(9998, 12, 31),
+        timezones=st.builds(
+            timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+        ),
+    )
+)
+@settings(max_examples=500, deadline=None, database=None)
+def test_a_timestamps_storage_form_is_isoformats_in_utc_to_the_millisecond(
+    moment: datetime,
+) -> None:
+    """The journal's timestamps are written by hand for speed; they are what
+    ``isoformat(timespec="milliseconds")`` writes in UTC, which every store reads back and
+    orders by, whatever the time's zone, year or microseconds."""
+    from stead._clock import iso
+
+    assert iso(moment) == moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    utc = moment.astimezone(UTC)
+    assert datetime.fromisoformat(iso(moment)) == utc.replace(
+        microsecond=utc.microsecond // 1000 * 1000
+    )

@@ -131,10 +131,11 @@ def _as_updated(run: Run, fields: dict[str, object], now: datetime) -> Run:
     are a begin's (a status, timestamps, the history's head, length and run): what reading it
     back would give, timestamps at the journal's precision included (``now``: the
     transaction's time, which the update stamps)."""
-    changed: dict[str, Any] = {"updated_at": datetime.fromisoformat(iso(now))}
+    at = datetime.fromisoformat(iso(now))
+    changed: dict[str, Any] = {"updated_at": at}
     for name, value in fields.items():
         if isinstance(value, datetime):
-            value = datetime.fromisoformat(iso(value))
+            value = at if value is now else datetime.fromisoformat(iso(value))
         changed[name] = value
     return dataclasses.replace(run, **changed)
 

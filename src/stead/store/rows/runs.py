@@ -221,8 +221,8 @@ class RunRows(SqlBase):
                 value = dumps(value)  # an input is JSON even when it is null
             elif isinstance(value, RunStatus):
                 value = value.value
-            elif isinstance(value, datetime):
-                value = iso(value)
+            elif isinstance(value, datetime):  # most often the transaction's own time
+                value = self._stamp if value is self._now else iso(value)
             assignments.append(f"{name} = ?")
             values.append(value)
         values.append(run_id)
