@@ -164,26 +164,31 @@ async def test_queue_order_is_kept_across_a_restart(db: str) -> None:
     assert [r[0] for r in started] == ["0", "1", "2", "3"]
 
 
-async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> None:
-    running = 0
-    peak = 0
+class _Overlap:
+    """A model answer that counts how many of its calls are going at once (``peak``: the most)."""
 
-    async def answer(request: stead.ModelRequest) -> str:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.05)
-        running -= 1
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.running = self.peak = 0
+
+    async def __call__(self, request: stead.ModelRequest) -> str:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        await asyncio.sleep(self.seconds)
+        self.running -= 1
         return "ok"
 
-    app = stead.App(agents=[_agent(FunctionModel(answer))])
+
+async def test_different_sessions_run_in_parallel_up_to_the_limit(db: str) -> None:
+    overlap = _Overlap(0.05)
+    app = stead.App(agents=[_agent(FunctionModel(overlap))])
     async with await app.open(open_store(db), max_concurrent_runs=3) as runtime:
         runs = [
             await runtime.submit("agent", session_id=f"s{i}", request_id="r", prompt="go")
             for i in range(8)
         ]
         await asyncio.gather(*(r.result() for r in runs))
-    assert peak == 3
+    assert overlap.peak == 3
 
 
 async def test_runs_submitted_at_once_beyond_max_concurrent_runs_each_begin_once(
@@ -192,17 +197,8 @@ async def test_runs_submitted_at_once_beyond_max_concurrent_runs_each_begin_once
     """Submissions made at once each see room before any of them commits: only as many as
     there are slots begin in their submission's transaction; the others wait ``pending`` and
     begin when a slot frees, each once. None is marked ``running`` and then resumed."""
-    running = peak = 0
-
-    async def answer(request: stead.ModelRequest) -> str:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.01)
-        running -= 1
-        return "ok"
-
-    app = stead.App(agents=[_agent(FunctionModel(answer))])
+    overlap = _Overlap(0.01)
+    app = stead.App(agents=[_agent(FunctionModel(overlap))])
     async with await app.open(open_store(db), max_concurrent_runs=2) as runtime:
         runs = await asyncio.gather(
             *(
@@ -211,7 +207,7 @@ async def test_runs_submitted_at_once_beyond_max_concurrent_runs_each_begin_once
             )
         )
         await asyncio.gather(*(r.result() for r in runs))
-    assert peak == 2
+    assert overlap.peak == 2
     for run in runs:
         statuses = [
             (e.data["status"], e.data.get("resumed"))
@@ -533,58 +529,12 @@ async def test_cancel_is_terminal_and_reaches_the_model_call(db: str) -> None:
             await runtime.get_run(run.id).retry()
 
 
-async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_journal_holds(
-    db: Journal, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The transaction that submits a run and begins it knows what it wrote: the run it begins
-    from is not read, neither before nor after its ``running`` status is written, and it is
-    equal, field for field and to the journal's precision, to what reading it back gives."""
-    from stead.journal import transitions
-
-    begin = transitions.begin
-    begun: list[tuple[stead.Run, stead.Run | None, int]] = []
-
-    def recorded_begin(tx: Any, run_id: str, *args: Any, **options: Any) -> Any:
-        reads = 0
-        get_run, ask_run = tx.get_run, tx.ask_run
-
-        def counted(read: Any) -> Any:
-            def reading(wanted: str) -> Any:
-                nonlocal reads
-                reads += 1
-                return read(wanted)
-
-            return reading
-
-        tx.get_run, tx.ask_run = counted(get_run), counted(ask_run)
-        try:
-            found = begin(tx, run_id, *args, **options)
-        finally:
-            del tx.get_run, tx.ask_run
-        if found is not None:
-            begun.append((found.run, get_run(run_id), reads))
-        return found
-
-    monkeypatch.setattr(transitions, "begin", recorded_begin)
-    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"]))])
-    async with await app.open(open_store(db)) as runtime:
-        for n in range(2):  # the second takes the first's conversation as its history
-            run = await runtime.submit("a", session_id="s", request_id=f"r{n}", prompt="go")
-            assert (await run.result()).output == "done"
-    assert len(begun) == 2
-    for run, stored, reads in begun:
-        assert reads == 0
-        assert run == stored
-    assert begun[0][0].number < begun[1][0].number
-    assert begun[1][0].history_run == begun[0][0].id
-
-
-async def test_a_run_the_scheduler_begins_is_read_once_and_is_what_the_journal_holds(
-    db: Journal, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A run begun in a transaction of its own (queued for a slot) is read once, before its
-    ``running`` status is written; its journal is read, the run itself not again, and what it
-    begins from equals what reading it back gives."""
+def _record_begins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[stead.Run, stead.Run | None, int, bool]]:
+    """Every execution's begin, as it happens: the run it begins from, the run as reading it
+    back after gives it, how often the begin read the run, and whether it was fresh (begun in
+    its submission's transaction)."""
     from stead.journal import transitions
 
     begin = transitions.begin
@@ -612,6 +562,37 @@ async def test_a_run_the_scheduler_begins_is_read_once_and_is_what_the_journal_h
         return found
 
     monkeypatch.setattr(transitions, "begin", recorded_begin)
+    return begun
+
+
+async def test_a_run_begun_in_its_submission_is_not_read_back_and_is_what_the_journal_holds(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction that submits a run and begins it knows what it wrote: the run it begins
+    from is not read, neither before nor after its ``running`` status is written, and it is
+    equal, field for field and to the journal's precision, to what reading it back gives."""
+    begun = _record_begins(monkeypatch)
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"]))])
+    async with await app.open(open_store(db)) as runtime:
+        for n in range(2):  # the second takes the first's conversation as its history
+            run = await runtime.submit("a", session_id="s", request_id=f"r{n}", prompt="go")
+            assert (await run.result()).output == "done"
+    assert len(begun) == 2
+    for run, stored, reads, fresh in begun:
+        assert fresh
+        assert reads == 0
+        assert run == stored
+    assert begun[0][0].number < begun[1][0].number
+    assert begun[1][0].history_run == begun[0][0].id
+
+
+async def test_a_run_the_scheduler_begins_is_read_once_and_is_what_the_journal_holds(
+    db: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run begun in a transaction of its own (queued for a slot) is read once, before its
+    ``running`` status is written; its journal is read, the run itself not again, and what it
+    begins from equals what reading it back gives."""
+    begun = _record_begins(monkeypatch)
     app = stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["done"] * 3))])
     async with await app.open(open_store(db), max_concurrent_runs=1) as runtime:
         runs = await asyncio.gather(
