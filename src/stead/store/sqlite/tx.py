@@ -61,8 +61,8 @@ class SqliteTx(SqlTx):
         self.conn.execute("RELEASE job")
 
     def insert_id(self, sql: str, params: Sequence[Any]) -> int:
-        cursor = self.execute(sql, params)  # lastrowid: no RETURNING needed (SQLite < 3.35)
-        return int(cursor.lastrowid)
+        # lastrowid: no RETURNING needed (SQLite < 3.35)
+        return self.inserted_number(self.execute(sql, params))
 
     def inserted_number(self, cursor: Any) -> int:
         return int(cursor.lastrowid)
