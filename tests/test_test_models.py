@@ -67,3 +67,43 @@ async def test_keep_requests_zero_keeps_none(db: str) -> None:
     model = ScriptedModel(["done"], keep_requests=0)
     await _serve(model, 2, db)
     assert model.requests == []
+
+
+@pytest.mark.parametrize("bad", [["not a call"], [stead.ToolCall(name="t"), 3]])
+def test_a_scripted_turn_of_the_wrong_kind_is_refused_when_the_script_is_written(
+    bad: list[object],
+) -> None:
+    with pytest.raises(stead.ValidationError) as caught:
+        ScriptedModel(["first", bad])  # type: ignore[list-item]
+    assert str(caught.value) == (
+        "a scripted turn is a str, a list of stead.ToolCall or a ModelResponse; got an item "
+        f"{bad[-1]!r}"
+    )
+
+
+async def test_a_scripted_model_answers_each_turn_as_written() -> None:
+    given = stead.ModelResponse(text="as given", model="m")
+    model = ScriptedModel(
+        [
+            [stead.ToolCall(name="t", arguments={"a": 1}), stead.ToolCall(name="t", id="mine")],
+            given,
+            "the end of it",
+        ],
+    )
+    messages = (stead.UserMessage("hi"),)
+    first = await model.complete(stead.ModelRequest(messages=messages, instructions="x" * 8))
+    assert first.tool_calls == (
+        stead.ToolCall(name="t", arguments={"a": 1}, id="call_1_1"),
+        stead.ToolCall(name="t", id="mine"),
+    )
+    assert first.usage == stead.Usage(input_tokens=14, output_tokens=16)
+    assert first.finish_reason == "tool_calls"
+    assert await model.complete(stead.ModelRequest(messages=messages, turn=2)) is given
+    last = await model.complete(stead.ModelRequest(messages=messages * 3, turn=3))
+    assert (last.text, last.usage, last.finish_reason) == (
+        "the end of it",
+        stead.Usage(input_tokens=36, output_tokens=3),
+        "stop",
+    )
+    with pytest.raises(stead.ValidationError, match="ScriptedModel has 3 turns; it was asked"):
+        await model.complete(stead.ModelRequest(messages=messages, turn=4))

@@ -45,18 +45,11 @@ def _remember(requests: list[ModelRequest], request: ModelRequest, keep: int | N
         del requests[: len(requests) - keep]
 
 
-def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
-    if isinstance(turn, ModelResponse):
+def _scripted(turn: Turn, turn_number: int) -> ModelResponse | str | tuple[ToolCall, ...]:
+    """``turn`` checked, as :func:`_answer` takes it: a response as it is, a final answer's
+    text, or the tool calls with an id each (``call_<turn>_<n>`` where one has none)."""
+    if isinstance(turn, ModelResponse | str):
         return turn
-    # Plausible, cheap token counts: a fixed cost per message, not a tokenizer.
-    usage = Usage(input_tokens=12 * len(request.messages) + len(request.instructions) // 4)
-    if isinstance(turn, str):
-        return ModelResponse(
-            text=turn,
-            usage=Usage(input_tokens=usage.input_tokens, output_tokens=max(1, len(turn) // 4)),
-            model=model,
-            finish_reason="stop",
-        )
     calls = list(turn)
     for call in calls:
         if not isinstance(call, ToolCall):
@@ -64,16 +57,37 @@ def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
                 f"a scripted turn is a str, a list of stead.ToolCall or a "
                 f"ModelResponse; got an item {call!r}"
             )
-    named = tuple(
-        c if c.id else ToolCall(name=c.name, arguments=c.arguments, id=f"call_{request.turn}_{i}")
+    return tuple(
+        c if c.id else ToolCall(name=c.name, arguments=c.arguments, id=f"call_{turn_number}_{i}")
         for i, c in enumerate(calls, start=1)
     )
+
+
+def _answer(
+    scripted: ModelResponse | str | tuple[ToolCall, ...], request: ModelRequest, model: str
+) -> ModelResponse:
+    """The response to ``request`` of a turn checked by :func:`_scripted`."""
+    if isinstance(scripted, ModelResponse):
+        return scripted
+    # Plausible, cheap token counts: a fixed cost per message, not a tokenizer.
+    input_tokens = 12 * len(request.messages) + len(request.instructions) // 4
+    if isinstance(scripted, str):
+        return ModelResponse(
+            text=scripted,
+            usage=Usage(input_tokens=input_tokens, output_tokens=max(1, len(scripted) // 4)),
+            model=model,
+            finish_reason="stop",
+        )
     return ModelResponse(
-        tool_calls=named,
-        usage=Usage(input_tokens=usage.input_tokens, output_tokens=8 * len(named)),
+        tool_calls=scripted,
+        usage=Usage(input_tokens=input_tokens, output_tokens=8 * len(scripted)),
         model=model,
         finish_reason="tool_calls",
     )
+
+
+def _response(turn: Turn, request: ModelRequest, model: str) -> ModelResponse:
+    return _answer(_scripted(turn, request.turn), request, model)
 
 
 class _Streams(abc.ABC):
@@ -104,7 +118,8 @@ class ScriptedModel(_Streams):
     Because it answers by turn, not by call count, one instance serves many runs and gives the
     same answer to a run resumed after a crash. The latest ``keep_requests`` requests received
     are kept in ``requests``, oldest first (``None``: every one; a long-lived model serving
-    many runs would otherwise hold every conversation it was sent).
+    many runs would otherwise hold every conversation it was sent). The script is fixed when
+    the model is made (``turns`` is a tuple), and a turn of the wrong kind is refused there.
     """
 
     model_id = "stead:scripted"
@@ -121,7 +136,10 @@ class ScriptedModel(_Streams):
                 "ScriptedModel needs a non-empty list of turns (each a str, a "
                 "list of stead.ToolCall, or a ModelResponse)"
             )
-        self.turns = list(turns)
+        self.turns = tuple(turns)
+        # Checked once, here: a bad turn is reported where the script is written, and a
+        # request costs one response to build.
+        self._scripted = [_scripted(turn, n) for n, turn in enumerate(self.turns, start=1)]
         self.chunk_delay = chunk_delay
         self.keep_requests = _keep_count(keep_requests)
         self.requests: list[ModelRequest] = []
@@ -132,7 +150,7 @@ class ScriptedModel(_Streams):
             raise ValidationError(
                 f"ScriptedModel has {len(self.turns)} turns; it was asked for turn {request.turn}"
             )
-        return _response(self.turns[request.turn - 1], request, self.model_id)
+        return _answer(self._scripted[request.turn - 1], request, self.model_id)
 
 
 class FunctionModel(_Streams):
