@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from typing import Any
 
 import pytest
 
 import stead
+from stead._json import canonical
 from stead.testing import FunctionModel, ScriptedModel
 
 from ._journal import Journal, PgJournal, journal_events, open_store
@@ -86,6 +88,48 @@ async def test_tool_loop_runs_and_journals_every_step(db: str) -> None:
     second = model.requests[1]
     assert second.turn == 2
     assert [m.kind for m in second.messages][-2:] == ["tool_result", "tool_result"]
+
+
+async def test_a_fresh_model_result_stores_its_message_as_the_text_the_history_hashes(
+    db: str,
+) -> None:
+    # Arguments out of key order: the message's canonical text sorts them, a plain encoding
+    # of the result would not. The message is encoded once, for the history chain, and that
+    # text is what the row keeps; it reads back as the same result.
+    call = stead.ToolCall(name="charge", arguments={"note": "x", "amount": 5}, id="c1")
+    app = stead.App(agents=[_agent(ScriptedModel([[call], "done"]), [ledger_tool([])])])
+    async with await app.open(open_store(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+    rows = _rows(db, "SELECT key, result FROM stead_operations WHERE kind = 'model' ORDER BY key")
+    message = {
+        "kind": "assistant",
+        "text": "",
+        "tool_calls": [{"id": "c1", "name": "charge", "arguments": {"note": "x", "amount": 5}}],
+    }
+    usage = {
+        "input_tokens": 14,
+        "output_tokens": 8,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "requests": 0,
+    }
+    text = str(rows[0][1])
+    assert text == (
+        '{"message":'
+        + canonical(message)
+        + ',"usage":'
+        + json.dumps(usage, separators=(",", ":"))
+        + ',"model":"stead:scripted","finish_reason":"tool_calls","cost_usd":null}'
+    )
+    assert json.loads(text) == {
+        "message": message,
+        "usage": usage,
+        "model": "stead:scripted",
+        "finish_reason": "tool_calls",
+        "cost_usd": None,
+    }
+    assert json.loads(str(rows[1][1]))["message"] == {"kind": "assistant", "text": "done"}
 
 
 async def test_identical_submission_returns_the_original_run_also_after_restart(db: str) -> None:

@@ -26,6 +26,7 @@ from .._json import (
     canonical,
     check,
     digest_text,
+    dumps,
     loads,
     storable_pairs,
     storable_text,
@@ -147,6 +148,7 @@ async def run_agent_loop(
             before=before,
             after=functools.partial(_count_usage, state),
             max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
+            encode=functools.partial(_result_text, bodies),
         )
         if fresh:
             assistant = fresh[-1]
@@ -339,6 +341,16 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
         "finish_reason": response.finish_reason,
     }
     return message, body, result
+
+
+def _result_text(bodies: list[str], result: JSON) -> str:
+    """The JSON a fresh model result is stored as: its message written as the canonical text
+    the loop encoded already (``bodies[-1]``, the attempt's), not encoded again. Key order
+    aside, what ``dumps(result)`` writes; a response's text is encoded once, however long."""
+    rest = dumps({name: value for name, value in result.items() if name != "message"})
+    return (
+        f'{{"message":{bodies[-1]},{rest[1:]}' if len(rest) > 2 else f'{{"message":{bodies[-1]}}}'
+    )
 
 
 def _attempt_base(ctx: RunContext, key: str) -> int:

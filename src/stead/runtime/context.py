@@ -148,6 +148,7 @@ class RunContext:
         stored: JSON | None = None,
         stored_text: str | None = None,
         settle: bool = True,
+        encode: Callable[[JSON], str] | None = None,
     ) -> JSON:
         """Run one durable operation and return its (possibly replayed) JSON result.
 
@@ -167,6 +168,10 @@ class RunContext:
         write the run waits for after it (commits are delivered in order), waits for that disk
         flush. For a caller whose next step outside memory is another operation (the agent
         loop: its next model call), so the result and the next intent share one commit.
+
+        ``encode(result)`` gives the result's JSON for storage where the caller writes it
+        faster than encoding the whole result (default :func:`dumps`): a model response whose
+        message the loop has encoded already.
         """
         run_id = self.run.id
         input_text, input_hash = self._use_key(key, kind, input, input_text)
@@ -243,7 +248,7 @@ class RunContext:
         result = await execute(attempt)
         if boundaries.hook is not None:
             boundaries.hook("effect_done", key)
-        result_text = dumps(result)
+        result_text = dumps(result) if encode is None else encode(result)
         self._check_size(key, "result", result_text)
         later = after(result) if after is not None else None
         # A safe operation that finished while its intent still waited in the queue is
