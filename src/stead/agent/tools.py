@@ -103,7 +103,10 @@ class Tool:
         self.is_question = False
         self.is_async = inspect.iscoroutinefunction(fn)
         self._context_param, self._arguments = _arguments_model(fn, tool_name)
-        self._fields = tuple(self._arguments.model_fields)  # looked up once, not at every call
+        #: The arguments model's validator, called directly: a call's fields are then the
+        #: model's ``__dict__`` (no aliases, extra fields forbidden), in half the time of
+        #: ``model_validate`` and reading each field back.
+        self._validator = self._arguments.__pydantic_validator__
         schema = self._arguments.model_json_schema()
         schema.pop("title", None)
         self.parameters: Mapping[str, Any] = schema
@@ -123,8 +126,7 @@ class Tool:
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments; raises ``pydantic.ValidationError``."""
-        model = self._arguments.model_validate(dict(arguments))
-        return {field: getattr(model, field) for field in self._fields}
+        return dict(self._validator.validate_python(dict(arguments)).__dict__)
 
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         """Run the tool: async functions on the loop, sync ones in a worker thread (or on the
