@@ -90,6 +90,55 @@ async def test_a_follower_sees_live_what_is_read_back_later(tmp_path: Path) -> N
     assert rows["tool_started"] == 1  # the forgotten intent's event, kept as a row of its own
 
 
+async def test_a_follower_is_woken_by_an_operations_event_alone(tmp_path: Path) -> None:
+    # Once the follower has caught up and waits, the first tool's result and what follows up
+    # to the second tool's start are commits of operations alone (no event row, no status):
+    # those alone must wake it.
+    gates = {"first": asyncio.Event(), "second": asyncio.Event()}
+
+    @stead.tool(recovery="safe")
+    async def hold(gate: str) -> str:
+        """Wait for the test."""
+        await gates[gate].wait()
+        return gate
+
+    script: list[object] = [
+        [stead.ToolCall(name="hold", arguments={"gate": gate}, id=gate)] for gate in gates
+    ]
+    agent = stead.Agent(
+        id="a",
+        version="1",
+        model=ScriptedModel([*script, "done"]),  # type: ignore[list-item]
+        tools=[hold],
+    )
+
+    async def until(seen: list[Event], count: int) -> None:
+        for _ in range(500):
+            if sum(e.kind == "tool_started" for e in seen) == count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the follower saw {[e.kind for e in seen]}")
+
+    seen: list[Event] = []
+    async with await stead.App(agents=[agent]).open(stead.SqliteStore(tmp_path / "e.db")) as rt:
+        run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
+        follower = asyncio.create_task(_follow(run, seen))
+        await until(seen, 1)
+        await asyncio.sleep(0.05)  # the follower waits for the next commit
+        caught_up = len(seen)
+        gates["first"].set()
+        await until(seen, 2)
+        assert [e.kind for e in seen[caught_up:]] == [
+            "tool_completed",
+            "model_started",
+            "model_completed",
+            "tool_started",
+        ]
+        gates["second"].set()
+        assert (await run.result(timeout=10)).output == "done"
+        await asyncio.wait_for(follower, 10)
+
+
 async def test_following_from_a_cursor_inside_the_operations_resumes_there(
     tmp_path: Path,
 ) -> None:

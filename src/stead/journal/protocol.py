@@ -23,6 +23,7 @@ from .records import (
     Event,
     HistoryNode,
     Interaction,
+    Notice,
     Operation,
     Recovery,
     Run,
@@ -231,12 +232,13 @@ class OwnedStore(Store, Protocol):
     def acquire(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[list[Event]], None],
+        on_commit: Callable[[list[Notice]], None],
         on_fatal: Callable[[StorageError], None],
     ) -> object:
         """Open, migrate and take ownership (blocking; called on a thread). ``on_commit``
-        receives every commit's events, in order; an event that an operation's row announces
-        comes without its data (``None``): it is built from the row when the event is read."""
+        receives every commit's events, in order: each an :class:`Event`, or, for an event
+        that an operation's row announces, its run's id (a :data:`Notice`): its data is built
+        from the row when the event is read."""
         ...
 
     async def aclose(self) -> None: ...

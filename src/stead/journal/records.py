@@ -14,6 +14,7 @@ __all__ = [
     "Event",
     "HistoryNode",
     "Interaction",
+    "Notice",
     "Operation",
     "Recovery",
     "Run",
@@ -192,6 +193,13 @@ class Event:
     kind: str
     data: JSON
     created_at: datetime
+
+
+#: What a commit hands its store's owner for each event it made, in sequence order: the
+#: :class:`Event`, or, for an event an operation's row announces (its data is built from the
+#: row when it is read), the id of its run alone: that is all the owner needs of it (who waits
+#: for that run), and it saves building a record twice a step.
+Notice = Event | str
 
 
 @dataclass(frozen=True, slots=True)

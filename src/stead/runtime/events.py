@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ..errors import SteadError
-from ..journal.records import Event, RunStatus
+from ..journal.records import Notice, RunStatus
 
 __all__ = ["REMOTE_LOOK", "REMOTE_POLL", "EventHub", "Subscription", "wait_flag"]
 
@@ -54,8 +54,12 @@ class EventHub:
         self.poll = REMOTE_POLL if shared else None
         self.lease_seconds = lease_seconds
 
-    def committed(self, events: list[Event]) -> None:
+    def committed(self, events: list[Notice]) -> None:
         for event in events:
+            if isinstance(event, str):  # an event an operation's row announced: its run's id
+                for flag in self._changed.get(event, ()):
+                    flag.set()
+                continue
             for flag in self._changed.get(event.run_id, ()):
                 flag.set()
             if event.kind != "status":

@@ -41,7 +41,7 @@ from ...errors import SchemaVersionError, StorageError, ValidationError, shown
 from ...journal import transitions
 from ...journal.commands import Command
 from ...journal.protocol import Durability
-from ...journal.records import RUNNABLE_STATUSES, Claim, Event
+from ...journal.records import RUNNABLE_STATUSES, Claim, Notice
 from ..migrate import migrations
 from ..rows._base import TERMINAL_SQL
 from .client import PostgresClient
@@ -237,7 +237,7 @@ class PostgresStore:
     def acquire(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[list[Event]], None],
+        on_commit: Callable[[list[Notice]], None],
         on_fatal: Callable[[StorageError], None],
     ) -> int:
         """Connect, migrate and start the writer and the listener (blocking; called on a

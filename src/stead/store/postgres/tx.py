@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..._clock import Clock
 from ..._json import dumps
 from ...errors import LeaseLostError
-from ...journal.records import Claim, Event, Interaction, Run
+from ...journal.records import Claim, Interaction, Notice, Run
 from ..rows import POSTGRES, SqlTx
 from ..rows._base import INTERACTION_SELECT, interaction_of
 
@@ -84,7 +84,7 @@ class PostgresTx(SqlTx):
         #: :class:`~.wire.Wire`).
         self.pipeline: Wire | None = None
         self._notified = self._notified_mark = False
-        self.events: list[Event] = []
+        self.events: list[Notice] = []
         self.unwritten = []
         self._sequence: int | None = None  # the next free sequence, once the counter is locked
         self._counter: Statement | None = None  # the counter's lock, sent and not yet read

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._ids import jitter
 from ...errors import StorageError
-from ...journal.records import Claim, Event
+from ...journal.records import Claim, Notice
 from ..jobs import Job, answer, call_job, run_jobs
 from .tx import PostgresTx, Unpipelined
 
@@ -82,7 +82,7 @@ class PostgresWriter:
         connect: Callable[[], Any],
         make_tx: Callable[[Any, bool], PostgresTx],
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[list[Event]], None],
+        on_commit: Callable[[list[Notice]], None],
         on_fatal: Callable[[StorageError], None],
         *,
         storage_errors: tuple[type[BaseException], ...],
@@ -310,7 +310,7 @@ class PostgresWriter:
     def _run(self, batch: list[Job[Any]], begun: bool = False) -> None:
         """On the writer's thread: one transaction for the batch, then back to the loop
         (``begun``: the loop began it, and the connection is to be cleared first)."""
-        events: list[Event] = []
+        events: list[Notice] = []
         failure: StorageError | None = None
         try:
             if begun:
@@ -357,7 +357,7 @@ class PostgresWriter:
         # writes after each read would be parsed and planned afresh.
         conn.execute("COMMIT")
 
-    def _write_again_if_collided(self, batch: list[Job[Any]]) -> list[Event]:
+    def _write_again_if_collided(self, batch: list[Job[Any]]) -> list[Notice]:
         """:meth:`_write`, run again when the server rolled the batch back to break a deadlock:
         the writer holds the sequence counter while it writes to runs, a command holds a run
         it decides on while it waits for the counter, and one of the two is chosen to give
@@ -386,7 +386,7 @@ class PostgresWriter:
                 time.sleep(jitter(0, 0.002 * 2**attempt))
                 attempt += 1
 
-    def _write(self, batch: list[Job[Any]]) -> list[Event]:
+    def _write(self, batch: list[Job[Any]]) -> list[Notice]:
         fences = _fences(batch)
         durable = any(job.barrier for job in batch)
         if self._may_assume(batch):
@@ -407,7 +407,7 @@ class PostgresWriter:
 
     def _write_assuming(
         self, batch: list[Job[Any]], fences: list[Claim], durable: bool, sequence: int
-    ) -> list[Event]:
+    ) -> list[Notice]:
         """The batch in one round trip: the transaction opens inside the pipeline, on the
         assumption that the fences hold and the sequence counter is where this writer's last
         commit left it, which the server checks (``PostgresTx.begin_pipelined``)."""
@@ -426,7 +426,7 @@ class PostgresWriter:
             raise
         return self._assumed(tx)
 
-    def _assumed(self, tx: PostgresTx) -> list[Event]:
+    def _assumed(self, tx: PostgresTx) -> list[Notice]:
         """A batch written on assumptions committed: what it assumed held, and the counter is
         where it left it. Returns its events."""
         tx.committed()
@@ -436,7 +436,7 @@ class PostgresWriter:
 
     def _write_checked(
         self, batch: list[Job[Any]], fences: list[Claim], durable: bool, *, pipelined: bool
-    ) -> list[Event]:
+    ) -> list[Notice]:
         """A batch whose jobs read what they decide on (claims, a run's start and end,
         commands). Pipelined: the transaction opens as :meth:`_write_assuming`'s does, but
         locks the counter instead of assuming it (read when the first event needs it), and
@@ -508,7 +508,7 @@ class PostgresWriter:
     # -- back on the loop --------------------------------------------------------------------
 
     def _done(
-        self, batch: list[Job[Any]], events: list[Event], failure: StorageError | None
+        self, batch: list[Job[Any]], events: list[Notice], failure: StorageError | None
     ) -> None:
         self._in_flight = False
         if failure is not None:
@@ -518,7 +518,7 @@ class PostgresWriter:
         self._dispatch()
 
     def _settle(
-        self, batch: list[Job[Any]], events: list[Event], failure: StorageError | None
+        self, batch: list[Job[Any]], events: list[Notice], failure: StorageError | None
     ) -> None:
         for job in batch:
             answer(job, failure or job.error)

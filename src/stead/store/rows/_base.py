@@ -15,8 +15,8 @@ from typing import Any
 from ..._clock import Clock, iso
 from ..._json import JSON, loads
 from ...journal.records import (
-    Event,
     Interaction,
+    Notice,
     Operation,
     Run,
     RunStatus,
@@ -215,9 +215,9 @@ class SqlBase:
 
     dialect: Dialect
     conn: Any
-    #: The next event sequence this transaction hands out, and the events it wrote.
+    #: The next event sequence this transaction hands out, and the events it made.
     next_sequence: int
-    events: list[Event]
+    events: list[Notice]
     #: Encoded rows of ``stead_events`` not inserted yet.
     unwritten: list[tuple[int, str, str, str, str]]
 

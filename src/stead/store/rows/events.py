@@ -64,11 +64,12 @@ class EventRows(SqlBase):
 
     def announce(self, run_id: str, kind: str) -> int:
         """Hand out the next sequence for an event of ``kind`` that the caller's row will hold
-        (an operation's); it is delivered at commit like every event, without its data, which
-        is built from the row when the event is read. No event row is written."""
+        (an operation's); at commit its run's id is delivered in its place (a
+        :data:`~stead.journal.records.Notice`): its data is built from the row when the event
+        is read. No event row is written."""
         sequence = self.next_sequence
         self.next_sequence = sequence + 1
-        self.events.append(Event(sequence, run_id, kind, None, self.now()))
+        self.events.append(run_id)
         return sequence
 
     def write_events(self) -> None:

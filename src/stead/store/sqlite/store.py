@@ -41,7 +41,7 @@ from ..._ids import boot_id, new_token
 from ...errors import OwnershipError, SchemaVersionError, StorageError, ValidationError
 from ...journal.commands import Command
 from ...journal.protocol import Durability
-from ...journal.records import Claim, Event
+from ...journal.records import Claim, Notice
 from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
 from ..rows.events import MAX_SEQUENCE_SQL
 from .client import ClientSide as _ClientSide
@@ -204,7 +204,7 @@ class SqliteStore:
     def acquire(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[list[Event]], None],
+        on_commit: Callable[[list[Notice]], None],
         on_fatal: Callable[[StorageError], None],
     ) -> OpenInfo:
         """Open the file, migrate, take ownership and start the writer (blocking)."""
@@ -622,7 +622,7 @@ class SqliteStore:
         """Whether ``exc`` means another process holds the database locked."""
         return _is_busy(exc)
 
-    def commit(self, tx: SqliteTx) -> tuple[list[Event], bool]:
+    def commit(self, tx: SqliteTx) -> tuple[list[Notice], bool]:
         """Commit; returns the events written and whether this commit must reach the disk."""
         conn = self._conn
         assert conn is not None

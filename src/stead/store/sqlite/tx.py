@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import Clock
-from ...journal.records import Claim, Event
+from ...journal.records import Claim, Notice
 from ..rows import SQLITE, SqlTx
 
 
@@ -32,7 +32,7 @@ class SqliteTx(SqlTx):
         self.next_sequence = next_sequence
         self.durable = durable
         self.read_only = read_only
-        self.events: list[Event] = []
+        self.events: list[Notice] = []
         self.unwritten = []
         self._mark: tuple[int, int] = (next_sequence, 0)
         self._now: datetime | None = None

@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..._threads import Placement
 from ...errors import StorageError
-from ...journal.records import Event
+from ...journal.records import Notice
 from ..jobs import Job, answer, call_job, run_jobs
 
 T = TypeVar("T")
@@ -45,7 +45,7 @@ class Batcher(Protocol[Tx]):
     """What a backend provides to the writer: transactions over its one connection."""
 
     def begin(self) -> Tx: ...
-    def commit(self, tx: Tx) -> tuple[list[Event], bool]: ...
+    def commit(self, tx: Tx) -> tuple[list[Notice], bool]: ...
     def rollback(self, tx: Tx) -> None: ...
     def reader(self) -> Tx: ...
     def busy(self, exc: BaseException) -> bool: ...
@@ -63,7 +63,7 @@ class _Committed:
     """A committed batch waiting to be delivered: once commit number ``needs`` is on disk."""
 
     jobs: list[Job[Any]]
-    events: list[Event]
+    events: list[Notice]
     needs: int
 
 
@@ -84,7 +84,7 @@ class Writer:
         self,
         backend: Batcher[Any],
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[list[Event]], None],
+        on_commit: Callable[[list[Notice]], None],
         on_fatal: Callable[[StorageError], None],
         *,
         sync: Callable[[], None] | None,
@@ -242,7 +242,7 @@ class Writer:
                 tx = self._backend.reader()
                 for job in batch:
                     call_job(tx, job, self._backend.storage_errors)
-                events: list[Event] = []
+                events: list[Notice] = []
                 durable = False
             else:
                 events, durable = self._write(batch)
@@ -293,7 +293,7 @@ class Writer:
         self._loop.call_later(self._busy_delay, self._flush)
         return True
 
-    def _write(self, batch: list[Job[Any]]) -> tuple[list[Event], bool]:
+    def _write(self, batch: list[Job[Any]]) -> tuple[list[Notice], bool]:
         tx = self._backend.begin()
         try:
             run_jobs(tx, batch, self._backend.storage_errors)
@@ -357,7 +357,7 @@ class Writer:
         if not self._deliveries and not self._pending and not self._syncing:
             self._idle.set()
 
-    def _settle(self, batch: list[Job[Any]], events: list[Event]) -> None:
+    def _settle(self, batch: list[Job[Any]], events: list[Notice]) -> None:
         for job in batch:
             answer(job, job.error)
         if events:
