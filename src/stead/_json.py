@@ -156,17 +156,25 @@ def _check(value: JSON, depth: int = 0) -> None:
                     )
                 if not key.isascii():
                     _text_problem(key)
-                if type(item) is str:
+                inner = type(item)
+                if inner is str:
                     if not item.isascii():
                         _text_problem(item)
-                elif item is not None and type(item) is not bool:
+                elif inner is int:
+                    if item.bit_length() > _MAX_INT_BITS:
+                        _check(item, depth + 1)  # refused there, with the reason
+                elif item is not None and inner is not bool:
                     _check(item, depth + 1)
         else:
             for item in value:
-                if type(item) is str:
+                inner = type(item)
+                if inner is str:
                     if not item.isascii():
                         _text_problem(item)
-                elif item is not None and type(item) is not bool:
+                elif inner is int:
+                    if item.bit_length() > _MAX_INT_BITS:
+                        _check(item, depth + 1)
+                elif item is not None and inner is not bool:
                     _check(item, depth + 1)
         return
     if value is None or isinstance(value, bool):

@@ -14,7 +14,7 @@ import functools
 import logging
 import traceback
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -311,22 +311,25 @@ def _journalable(response: ModelResponse, turn: int) -> tuple[AssistantMessage, 
                 f"tool call {call.name!r} has arguments {shown(call.arguments)}; arguments are a "
                 "dict of JSON values (an empty dict when there are none)"
             )
-        check(call.name)
-        if call.id is not None:
+        # Text that is ASCII is storable: only other text is looked at (and refused with the
+        # reason) by check().
+        if not call.name.isascii():
+            check(call.name)
+        if call.id is not None and not call.id.isascii():
             check(call.id)
     usage = response.usage
     usage_json = usage.to_json() if isinstance(usage, Usage) else None
-    if usage_json is None or any(
-        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage_json.values()
-    ):
+    if usage_json is None or not _counts(usage_json.values()):
         raise ModelError(f"ModelResponse.usage must hold counts >= 0, not {shown(usage)}")
     for name in ("model", "finish_reason"):
         value = getattr(response, name)
         if value is not None and not isinstance(value, str):
             raise ModelError(f"ModelResponse.{name} must be a string or None, not {shown(value)}")
-        check(value)
+        if value is not None and not value.isascii():
+            check(value)
     text = storable_pairs(response.text)
-    check(text)
+    if not text.isascii():
+        check(text)
     message = AssistantMessage(
         text=text, tool_calls=_normalize_calls(tuple(response.tool_calls), turn)
     )
@@ -351,6 +354,16 @@ def _result_text(bodies: list[str], result: JSON) -> str:
     return (
         f'{{"message":{bodies[-1]},{rest[1:]}' if len(rest) > 2 else f'{{"message":{bodies[-1]}}}'
     )
+
+
+def _counts(values: Iterable[object]) -> bool:
+    """Whether every value is a count: an int (not a bool) >= 0."""
+    for value in values:
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
+        if value < 0:
+            return False
+    return True
 
 
 def _attempt_base(ctx: RunContext, key: str) -> int:
