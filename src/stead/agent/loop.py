@@ -567,13 +567,17 @@ async def _call_tool(agent: Agent, ctx: RunContext, turn: int, call: ToolCall) -
         if problem is not None:
             return _failure(problem)
         assert tool is not None
-        context = ToolContext(
-            run_id=run.id,
-            session_id=run.session_id,
-            operation_id=ctx.operation_id(key),
-            key=key,
-            attempt=attempt,
-            approved=approved,
+        context = (
+            ToolContext(
+                run_id=run.id,
+                session_id=run.session_id,
+                operation_id=ctx.operation_id(key),
+                key=key,
+                attempt=attempt,
+                approved=approved,
+            )
+            if tool.takes_context
+            else None
         )
         try:
             value = await tool.call(validated, context)

@@ -128,11 +128,19 @@ class Tool:
         """Validated keyword arguments; raises ``pydantic.ValidationError``."""
         return dict(self._validator.validate_python(dict(arguments)).__dict__)
 
-    async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function has a :class:`ToolContext` parameter."""
+        return self._context_param is not None
+
+    async def call(self, arguments: dict[str, Any], context: ToolContext | None) -> Any:
         """Run the tool: async functions on the loop, sync ones in a worker thread (or on the
-        loop, when declared ``blocking=False``)."""
+        loop, when declared ``blocking=False``). ``context`` is passed to a function that
+        takes one (:attr:`takes_context`); ``None`` will do for one that does not."""
         kwargs = dict(arguments)
         if self._context_param is not None:
+            if context is None:
+                raise TypeError(f"tool {self.name!r} takes a ToolContext and was given none")
             kwargs[self._context_param] = context
         if self.is_async:
             return await self.fn(**kwargs)
