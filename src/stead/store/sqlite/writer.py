@@ -237,8 +237,14 @@ class Writer:
                 job.error = self.poisoned
             self._settle(batch, [])
             return
+        writes = barrier = False
+        for job in batch:  # one look at the batch, not a generator for each question
+            if not job.read_only:
+                writes = True
+            if job.barrier:
+                barrier = True
         try:
-            if all(job.read_only for job in batch):
+            if not writes:
                 tx = self._backend.reader()
                 for job in batch:
                     call_job(tx, job, self._backend.storage_errors)
@@ -262,11 +268,9 @@ class Writer:
             return
         self._busy_since = None
         needs = 0
-        if events or not all(job.read_only for job in batch):
+        if events or writes:
             self._commits += 1
-            if self._sync is not None and (
-                durable or self._always or any(job.barrier for job in batch)
-            ):
+            if self._sync is not None and (durable or self._always or barrier):
                 needs = self._commits
                 self._wanted = max(self._wanted, needs)
         if needs == 0 and self._deliveries:
