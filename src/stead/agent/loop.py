@@ -281,8 +281,16 @@ async def _call_model(
             retryable=True,
         )
         raise _model_failure(agent, key, attempt - attempt_base, problem) from exc
-    # The cost at today's prices is kept with the response: its event reports it.
-    state.response_usage = Usage.of_response(result)
+    # The cost at today's prices is kept with the response: its event reports it. What it
+    # counts is Usage.of_response(result), taken from the response's checked counts.
+    usage = response.usage
+    state.response_usage = Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        1,
+    )
     result["cost_usd"] = cost_usd(name, state.response_usage, state.prices)
     fresh.append(message)
     bodies.append(body)
