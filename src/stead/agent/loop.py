@@ -100,6 +100,9 @@ async def run_agent_loop(
     tool_specs, context_body, context_digest = _context(agent)
     context_written = False
     name = model_id(agent.model)
+    # The same at every turn: built once.
+    model_attempts = (agent.model_retry or RetryPolicy()).max_attempts
+    count_usage = functools.partial(_count_usage, state)
     turn = 0
     while True:
         turn += 1
@@ -146,8 +149,8 @@ async def run_agent_loop(
             ),
             input_text=model_input(name, context_digest, reference, turn),
             before=before,
-            after=functools.partial(_count_usage, state),
-            max_attempts=(agent.model_retry or RetryPolicy()).max_attempts,
+            after=count_usage,
+            max_attempts=model_attempts,
             encode=functools.partial(_result_text, bodies),
         )
         if fresh:
