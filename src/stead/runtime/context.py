@@ -82,9 +82,9 @@ class RunContext:
     def _write(self, fn: Callable[[Any], Any], durability: Durability) -> asyncio.Future[Any]:
         # Not isolated: its failure poisons the store and is reported there (the writer marks
         # it retrieved, so a write nobody awaits is not logged as a failure never retrieved).
-        return asyncio.ensure_future(
-            self._store.transact(fn, durability=durability, isolated=False)
-        )
+        queued = self._store.transact(fn, durability=durability, isolated=False)
+        # The stores' writers hand back a future already (ensure_future costs three calls).
+        return queued if isinstance(queued, asyncio.Future) else asyncio.ensure_future(queued)
 
     def emit(self, payload: Payload) -> None:
         """Write a progress event with the next commit (nobody waits for it)."""
