@@ -60,6 +60,10 @@ class SqliteTx(SqlTx):
         self.write_events()
         self.conn.execute("RELEASE job")
 
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        # The shared SQL is written with SQLite's marks already: no dialect to apply.
+        return self.conn.execute(sql, params)
+
     def insert_id(self, sql: str, params: Sequence[Any]) -> int:
         # lastrowid: no RETURNING needed (SQLite < 3.35)
         return self.inserted_number(self.execute(sql, params))
