@@ -64,6 +64,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import operator
 import os
 import select
 import sys
@@ -608,7 +609,7 @@ def _call(
     call = _Call(box, future, fn, args, kwargs)
     if here:
         quiet = box.quiet
-        if box.due or not quiet or not all(still() for still in quiet):
+        if box.due or not quiet or not all(map(operator.call, quiet)):
             pool.defer(call)  # other runs are going: their calls made meanwhile share a thread
             return future
         pool.start(call, here=True)
