@@ -205,8 +205,12 @@ class RunContext:
             )
         else:
             attempt = 1
-            self._check_room(key)
-            self._check_size(key, "input", input_text)
+            # The limits, looked at where they may be hit (a text of a quarter of the payload
+            # limit in characters fits whatever its encoding): most operations call nothing.
+            if self.max_operations is not None and self._created >= self.max_operations:
+                self._check_room(key)
+            if len(input_text) * 4 > self.max_payload_bytes:
+                self._check_size(key, "input", input_text)
             kept = input
             if stored is not None:
                 kept = stored
@@ -249,7 +253,8 @@ class RunContext:
         if boundaries.hook is not None:
             boundaries.hook("effect_done", key)
         result_text = dumps(result) if encode is None else encode(result)
-        self._check_size(key, "result", result_text)
+        if len(result_text) * 4 > self.max_payload_bytes:
+            self._check_size(key, "result", result_text)
         later = after(result) if after is not None else None
         # A safe operation that finished while its intent still waited in the queue is
         # written as one row holding both, in the same place in the commit order.

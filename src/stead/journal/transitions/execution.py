@@ -295,7 +295,8 @@ def start_operation(
     journal keeps of it, ``input_text`` its JSON when the caller encoded it already. With
     ``result_text`` (and ``result``) the row is written completed (see
     :func:`record_operation`). The row announces its events (``journal.events``)."""
-    _write(tx, writes, run_id)
+    if writes is not None:
+        _write(tx, writes, run_id)
     started = started_event_kind(kind, 1)
     started_seq = tx.announce(run_id, started) if started is not None else None
     completed_seq = None
@@ -356,7 +357,8 @@ def finish_operation(
             f"operation {key} of run {run_id} was not in progress when its result was "
             "written; the journal was changed under this runtime"
         )
-    _write(tx, writes, run_id)
+    if writes is not None:
+        _write(tx, writes, run_id)
 
 
 def record_operation(tx: Tx, *, after: Writes | None, **operation: Any) -> None:
@@ -364,7 +366,8 @@ def record_operation(tx: Tx, *, after: Writes | None, **operation: Any) -> None:
     writes of :func:`finish_operation`, in one: a ``safe`` operation that finished before its
     intent was written is inserted with its result (one row, one write)."""
     start_operation(tx, **operation)
-    _write(tx, after, operation["run_id"])
+    if after is not None:
+        _write(tx, after, operation["run_id"])
 
 
 def request_interaction(
