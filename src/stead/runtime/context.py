@@ -259,12 +259,17 @@ class RunContext:
         # A safe operation that finished while its intent still waited in the queue is
         # written as one row holding both, in the same place in the commit order.
         if fresh is not None and durability == "lazy" and boundaries.hook is None:
-            combined = functools.partial(
-                transitions.record_operation,
-                **fresh.keywords,
-                result=result,
-                result_text=result_text,
-                after=later,
+            combined = (
+                # the intent with its result: start_operation writes the row completed
+                functools.partial(fresh, result=result, result_text=result_text)
+                if later is None
+                else functools.partial(
+                    transitions.record_operation,
+                    **fresh.keywords,
+                    result=result,
+                    result_text=result_text,
+                    after=later,
+                )
             )
             if self._store.amend(intent, combined):
                 del self.in_flight[key]
