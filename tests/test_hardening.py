@@ -19,7 +19,6 @@ import pytest
 
 import stead
 from stead.agent import loop
-from stead.runtime import context
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
 LONE = "\ud83d"  # the first half of an emoji, as a stream decoded piece by piece can hand it over
@@ -180,7 +179,7 @@ async def test_a_side_effect_returning_unstorable_text_needs_attention_once(
 async def test_an_unexpected_exception_fails_the_run_with_its_traceback(
     db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(call: Any, result: Any) -> Any:
+    def broken(call: Any, result: Any, output_text: Any = None) -> Any:
         raise RuntimeError("a defect in the loop")
 
     monkeypatch.setattr(loop, "tool_result_message", broken)
@@ -212,14 +211,10 @@ async def test_an_unexpected_exception_during_a_side_effect_names_it(
 ) -> None:
     # A defect in what the runtime does with a tool's result once the tool has run: encoding
     # it for the journal fails.
-    original = context.dumps
+    def broken(outputs: list[str], result: Any) -> str:
+        raise RuntimeError("a defect after the effect")
 
-    def broken(value: Any) -> str:
-        if isinstance(value, dict) and "output" in value:
-            raise RuntimeError("a defect after the effect")
-        return original(value)
-
-    monkeypatch.setattr(context, "dumps", broken)
+    monkeypatch.setattr(loop, "_tool_result_text", broken)
     runs: list[int] = []
     async with await stead.App(agents=[_returning("ok", "manual", runs)]).open(
         stead.SqliteStore(db)

@@ -132,6 +132,35 @@ async def test_a_fresh_model_result_stores_its_message_as_the_text_the_history_h
     assert json.loads(str(rows[1][1]))["message"] == {"kind": "assistant", "text": "done"}
 
 
+async def test_a_tool_result_is_stored_and_shown_as_its_output_encoded_once(db: str) -> None:
+    @stead.tool(recovery="safe")
+    def lookup(kind: str) -> Any:
+        """Look something up."""
+        if kind == "fail":
+            raise ValueError("no such thing")
+        return {"z": 1, "a": [1.5, None, "é"]} if kind == "dict" else "plain text"
+
+    calls = [stead.ToolCall(name="lookup", arguments={"kind": k}, id=k) for k in ("dict", "text")]
+    model = ScriptedModel(
+        [calls, [stead.ToolCall(name="lookup", arguments={"kind": "fail"}, id="fail")], "done"]
+    )
+    app = stead.App(agents=[_agent(model, [lookup])])
+    async with await app.open(open_store(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+    rows = dict(_rows(db, "SELECT key, result FROM stead_operations WHERE kind = 'tool'"))
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    assert rows["tool:1:dict"] == json.dumps(
+        {"output": {"z": 1, "a": [1.5, None, "é"]}, "failed": False, "error": None}, **compact
+    )
+    assert rows["tool:1:text"] == '{"output":"plain text","failed":false,"error":null}'
+    failed = json.loads(str(rows["tool:2:fail"]))
+    assert failed["failed"] is True and failed["exception"] == "ValueError"
+    # the model saw the output as the journal keeps it
+    shown = [m for m in model.requests[1].messages if isinstance(m, stead.ToolResultMessage)]
+    assert [m.content for m in shown] == ['{"z":1,"a":[1.5,null,"é"]}', "plain text"]
+
+
 async def test_identical_submission_returns_the_original_run_also_after_restart(db: str) -> None:
     app = stead.App(agents=[_agent(ScriptedModel(["hi"]))])
     async with await app.open(open_store(db)) as runtime:

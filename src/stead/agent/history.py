@@ -40,13 +40,20 @@ __all__ = [
 ]
 
 
-def tool_result_message(call: ToolCall, result: JSON) -> ToolResultMessage:
-    """The message the model sees for a tool call's committed result."""
+def tool_result_message(
+    call: ToolCall, result: JSON, output_text: str | None = None
+) -> ToolResultMessage:
+    """The message the model sees for a tool call's committed result (``output_text``: its
+    output's JSON, where the caller encoded it already)."""
     output = result["output"]
+    if isinstance(output, str):
+        content = output
+    else:
+        content = output_text if output_text is not None else dumps(output)
     return ToolResultMessage(
         call_id=call.id or "",
         name=call.name,
-        content=output if isinstance(output, str) else dumps(output),
+        content=content,
         is_error=bool(result["failed"]),
     )
 

@@ -177,7 +177,7 @@ async def run_agent_loop(
             if isinstance(outcome, BaseException):
                 stops.append(outcome)
                 continue
-            message = tool_result_message(call, outcome)
+            message = tool_result_message(call, *outcome)
             conversation.append(message, body=tool_result_body(message))
         if stops:
             raise _first_stop(stops)
@@ -219,9 +219,10 @@ class _State:
 
 async def _call_tools(
     agent: Agent, ctx: RunContext, turn: int, calls: Sequence[ToolCall]
-) -> list[JSON | BaseException]:
-    """The results of one turn's tool calls, run concurrently; a call that stopped the run
-    gives its stop. A single call runs in this task (no task to create and gather)."""
+) -> list[tuple[JSON, str | None] | BaseException]:
+    """The results of one turn's tool calls (each with its output's JSON where it was encoded
+    already, see :func:`_journal_tool`), run concurrently; a call that stopped the run gives
+    its stop. A single call runs in this task (no task to create and gather)."""
     if len(calls) == 1:
         try:
             return [await _call_tool(agent, ctx, turn, calls[0])]
@@ -511,7 +512,9 @@ def _success(output: JSON, **extra: JSON) -> JSON:
     return {"output": output, "failed": False, "error": None, **extra}
 
 
-async def _call_tool(agent: Agent, ctx: RunContext, turn: int, call: ToolCall) -> JSON:
+async def _call_tool(
+    agent: Agent, ctx: RunContext, turn: int, call: ToolCall
+) -> tuple[JSON, str | None]:
     call_id = call.id or ""
     key = tool_key(turn, call_id)
     gate_key = approval_key(turn, call_id)
@@ -682,8 +685,11 @@ async def _journal_tool(
     execute: Any,
     *,
     max_attempts: int = 3,
-) -> JSON:
+) -> tuple[JSON, str | None]:
+    """The tool call's result, and its output's JSON where a fresh result was encoded for the
+    journal (the message the model sees shows that text: the output is encoded once)."""
     call_id = call.id or ""
+    outputs: list[str] = []
     result: JSON = await ctx.operation(
         key,
         "tool",
@@ -699,8 +705,23 @@ async def _journal_tool(
         # What the loop does next outside memory is its next model call, whose intent shares
         # the commit of this result and waits for its disk flush (RunContext.operation).
         settle=False,
+        encode=functools.partial(_tool_result_text, outputs),
     )
-    return result
+    return result, outputs[-1] if outputs else None
+
+
+def _tool_result_text(outputs: list[str], result: JSON) -> str:
+    """``dumps(result)`` of a tool's result, its output encoded once: the text is kept in
+    ``outputs`` for the message the model sees (text output is shown as it is)."""
+    output = result.get("output") if type(result) is dict else None
+    if output is None or isinstance(output, str):
+        return dumps(result)
+    text = dumps(output)
+    outputs.append(text)
+    if len(result) == 3 and result["failed"] is False and result["error"] is None:
+        return f'{{"output":{text},"failed":false,"error":null}}'  # a success, as _success has it
+    rest = dumps({name: value for name, value in result.items() if name != "output"})
+    return f'{{"output":{text},{rest[1:]}' if len(rest) > 2 else f'{{"output":{text}}}'
 
 
 def model_input(name: str, context: str, messages: dict[str, Any], turn: int) -> str:
