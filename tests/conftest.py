@@ -13,6 +13,28 @@ from stead.testing import ScriptedModel
 from ._journal import PgJournal, fresh_journals
 
 
+def _sendable(text: str) -> str:
+    """``text``, its lone surrogates written as escapes: a report that holds one (a failing
+    example of odd text, say) cannot be sent from a pytest-xdist worker, which then dies with
+    an internal error instead of reporting the failure."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _sendable(text) is not text:
+            report.longrepr = _sendable(text)
+    report.sections = [(name, _sendable(content)) for name, content in report.sections]
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     """A fresh database path."""
