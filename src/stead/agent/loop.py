@@ -710,6 +710,10 @@ async def _journal_tool(
     return result, outputs[-1] if outputs else None
 
 
+#: The keys of a successful tool result, in the order :func:`_success` writes them.
+_SUCCESS_KEYS = ("output", "failed", "error")
+
+
 def _tool_result_text(outputs: list[str], result: JSON) -> str:
     """``dumps(result)`` of a tool's result, its output encoded once: the text is kept in
     ``outputs`` for the message the model sees (text output is shown as it is)."""
@@ -718,7 +722,7 @@ def _tool_result_text(outputs: list[str], result: JSON) -> str:
         return dumps(result)
     text = dumps(output)
     outputs.append(text)
-    if len(result) == 3 and result["failed"] is False and result["error"] is None:
+    if tuple(result) == _SUCCESS_KEYS and result["failed"] is False and result["error"] is None:
         return f'{{"output":{text},"failed":false,"error":null}}'  # a success, as _success has it
     rest = dumps({name: value for name, value in result.items() if name != "output"})
     return f'{{"output":{text},{rest[1:]}' if len(rest) > 2 else f'{{"output":{text}}}'
