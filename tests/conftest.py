@@ -30,8 +30,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.longrepr is not None:
         text = str(report.longrepr)
-        if _sendable(text) is not text:
-            report.longrepr = _sendable(text)
+        sendable = _sendable(text)
+        if sendable is not text:  # else the report keeps its own form
+            report.longrepr = sendable
     report.sections = [(name, _sendable(content)) for name, content in report.sections]
 
 
