@@ -362,10 +362,15 @@ def _result_text(bodies: list[str], result: JSON) -> str:
     """The JSON a fresh model result is stored as: its message written as the canonical text
     the loop encoded already (``bodies[-1]``, the attempt's), not encoded again. Key order
     aside, what ``dumps(result)`` writes; a response's text is encoded once, however long."""
-    rest = dumps({name: value for name, value in result.items() if name != "message"})
-    return (
-        f'{{"message":{bodies[-1]},{rest[1:]}' if len(rest) > 2 else f'{{"message":{bodies[-1]}}}'
-    )
+    return _led_by("message", bodies[-1], result)
+
+
+def _led_by(first: str, text: str, result: JSON) -> str:
+    """``dumps(result)`` where ``result[first]``, its first item, is encoded as ``text``
+    already: the rest is encoded after it."""
+    rest = dumps({name: value for name, value in result.items() if name != first})
+    head = f'{{"{first}":{text}'
+    return f"{head},{rest[1:]}" if len(rest) > 2 else f"{head}}}"
 
 
 def _counts(values: Iterable[object]) -> bool:
@@ -724,8 +729,7 @@ def _tool_result_text(outputs: list[str], result: JSON) -> str:
     outputs.append(text)
     if tuple(result) == _SUCCESS_KEYS and result["failed"] is False and result["error"] is None:
         return f'{{"output":{text},"failed":false,"error":null}}'  # a success, as _success has it
-    rest = dumps({name: value for name, value in result.items() if name != "output"})
-    return f'{{"output":{text},{rest[1:]}' if len(rest) > 2 else f'{{"output":{text}}}'
+    return _led_by("output", text, result)
 
 
 def model_input(name: str, context: str, messages: dict[str, Any], turn: int) -> str:
