@@ -708,16 +708,27 @@ async def test_one_run_has_its_barriers_flushed_on_the_loop_and_many_on_the_flus
 
 
 async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_executes(
-    db: str,
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With at most one run executing, nobody else would join a batch: a commit someone waits
     for happens at once (its lazy forerunners with it), and its future is settled when
-    ``transact`` returns. With more runs executing, jobs wait for the end of the loop's turn
-    to share one commit. A commit asked for while a flush delivers waits its turn too, so
-    deliveries stay in commit order; so does a barrier."""
+    ``transact`` returns; a barrier's is on disk by then too. With more runs executing, jobs
+    wait for the end of the loop's turn to share one commit. A commit asked for while a flush
+    delivers waits its turn too, so deliveries stay in commit order. A lazy barrier (a side
+    effect's result the run does not wait for) waits for the next commit and shares its
+    fsync."""
     from stead.journal import transitions
     from stead.journal.events import Custom
+    from stead.store.sqlite.store import SqliteStore
 
+    flushes: list[int] = []  # how many batches had been delivered at each fsync
+    real_sync = SqliteStore._sync_wal
+
+    def sync(store: SqliteStore) -> None:
+        real_sync(store)
+        flushes.append(len(delivered))
+
+    monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
     store = stead.SqliteStore(db)
     delivered: list[list[int]] = []
     during_delivery: list[asyncio.Future[object]] = []
@@ -746,13 +757,24 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
         await asyncio.wait_for(during_delivery[0], 5)
         assert len(delivered) == 3
 
-        # A barrier waits for the end of the turn: a side effect's result, which the run does
-        # not wait for, shares its commit (and fsync) with what the run writes next.
-        result = store.transact(note("result"), durability="barrier", isolated=False)
+        # A barrier commits at once too, and is flushed to disk before it is delivered.
+        flushes.clear()
+        intent = store.transact(note("intent"), durability="barrier", isolated=False)
+        assert intent.done() and len(delivered) == 4 and flushes == [3]
+
+        # A lazy barrier waits in the queue: a side effect's result, which the run does not
+        # wait for, shares its commit (and fsync) with what the run writes next.
+        result = store.transact(note("result"), durability="lazy_barrier", isolated=False)
+        assert not result.done() and len(delivered) == 4
         intent = store.transact(note("intent"), durability="commit", isolated=False)
-        assert not result.done() and not intent.done()
-        await asyncio.gather(result, intent)
-        assert len(delivered) == 4 and len(delivered[3]) == 2
+        assert result.done() and intent.done()
+        assert len(delivered) == 5 and len(delivered[4]) == 2 and flushes == [3, 4]
+
+        # Alone in the queue, it commits and is flushed after the lazy delay.
+        result = store.transact(note("result"), durability="lazy_barrier", isolated=False)
+        assert not result.done()
+        await asyncio.wait_for(result, 5)
+        assert len(delivered) == 6 and flushes == [3, 4, 5]
 
         one_run = False
         second = store.transact(note("second"), durability="commit", isolated=False)
@@ -760,7 +782,7 @@ async def test_a_waited_for_commit_happens_in_the_callers_step_while_one_run_exe
         await second
     finally:
         await store.aclose()
-    assert len(delivered) == 5
+    assert len(delivered) == 7
     sequences = [s for batch in delivered for s in batch]
     assert sequences == sorted(sequences) and len(sequences) == len(set(sequences))
 

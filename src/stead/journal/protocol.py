@@ -52,7 +52,10 @@ T = TypeVar("T")
 #: ``lazy`` — nobody waits; it shares the next commit (order is kept); a failure poisons.
 #: ``commit`` — committed (a process crash cannot lose it); the caller gets its answer.
 #: ``barrier`` — on disk (an OS crash cannot lose it): before a side effect or an acknowledgement.
-Durability = Literal["lazy", "commit", "barrier"]
+#: ``lazy_barrier`` — a barrier nobody waits for yet: it shares the next commit, as ``lazy``
+#: does, and that commit goes to disk before anything in it is answered. For a side effect's
+#: result that the run builds on only with its next write (the next model call's intent).
+Durability = Literal["lazy", "commit", "barrier", "lazy_barrier"]
 
 #: An inbox row: (id, command JSON, status, answer JSON).
 InboxRow = tuple[int, JSON, str, JSON]

@@ -285,7 +285,7 @@ class RunContext:
                 writes=later,
                 result_text=result_text,
             ),
-            "barrier" if recovery != "safe" else "lazy",
+            ("barrier" if settle else "lazy_barrier") if recovery != "safe" else "lazy",
         )
         del self.in_flight[key]
         if recovery != "safe" and not settle:

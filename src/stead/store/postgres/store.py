@@ -497,7 +497,9 @@ class PostgresStore:
         writer = self._open_writer()
         return writer.submit(
             fn,
-            barrier=durability == "barrier",
+            # A lazy barrier goes as a barrier: its batch starts at the end of the loop's
+            # turn, and the write the run queues next in the same step joins it.
+            barrier=durability == "barrier" or durability == "lazy_barrier",
             checked=isolated and durability != "lazy",
             fence=fence,
             lazy=durability == "lazy",

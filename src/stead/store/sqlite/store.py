@@ -423,13 +423,17 @@ class SqliteStore:
     ) -> asyncio.Future[T]:
         """Queue ``fn(tx)`` on the writer; the future resolves once it is committed (and, for a
         ``barrier``, on disk). A ``lazy`` transaction is one nobody waits for: it shares the next
-        commit. An ``isolated`` one runs inside a savepoint, so a refusal undoes its writes alone;
-        otherwise its failure poisons the store."""
+        commit; a ``lazy_barrier`` likewise, and that commit is on disk before anything in it is
+        answered. An ``isolated`` one runs inside a savepoint, so a refusal undoes its writes
+        alone; otherwise (and for the lazy ones) its failure poisons the store."""
         if self._writer is None:
             raise StorageError(f"{self!r} is not open; open it with App.open(store)")
-        lazy = durability == "lazy"
+        lazy = durability == "lazy" or durability == "lazy_barrier"
         return self._writer.submit(
-            fn, barrier=durability == "barrier", checked=isolated and not lazy, lazy=lazy
+            fn,
+            barrier=durability == "barrier" or durability == "lazy_barrier",
+            checked=isolated and not lazy,
+            lazy=lazy,
         )
 
     def read(self, fn: Callable[[SqliteTx], T]) -> asyncio.Future[T]:

@@ -11,9 +11,11 @@ What costs milliseconds is the fsync. A batch that holds a *barrier* (or any bat
 flushes that commit and every one before it; batches that arrive meanwhile share the next fsync.
 When the owner executes at most one run and nothing else waits for the disk, the loop flushes
 itself instead: nobody is kept waiting, and the hand-off to the thread and back is saved. Then,
-too, a commit someone waits for (not a barrier) happens at once, in the caller's own step, with
-the lazy jobs queued before it: nobody else would join its batch, and the caller saves two turns
-of the loop.
+too, a commit someone waits for (a barrier too) happens at once, in the caller's own step, with
+the jobs queued before it, and a barrier's fsync with it: nobody else would join its batch, and
+the caller saves two turns of the loop. A side effect's result that the run does not wait for
+(a *lazy barrier*) waits in the queue instead, so that the write the run waits for next (its
+next model call's intent) shares its commit and its fsync.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
@@ -102,6 +104,8 @@ class Writer:
         #: between a tool's intent and its result: no scan of the queue each time).
         self._queued: dict[asyncio.Future[Any], Job[Any]] = {}
         self._scheduled = False
+        #: The end-of-turn flush that ``_scheduled`` says is on its way.
+        self._handle: asyncio.Handle | None = None
         #: The lazy-commit timer. It is not cancelled when a flush takes the lazy jobs early
         #: (every turn of a run, when the next intent commits): a later lazy job reuses it,
         #: and it waits on when it fires early for that job; one that finds no lazy job
@@ -147,7 +151,7 @@ class Writer:
 
         A ``lazy`` job is one nobody waits for: it rides along with the next commit someone
         does wait for, or commits after :attr:`lazy_delay` seconds, so a sequence of pipelined
-        writes shares one commit."""
+        writes shares one commit. A lazy ``barrier`` makes that commit wait for the disk."""
         future: asyncio.Future[T] = self._loop.create_future()
         job = Job(fn, future, barrier, read_only, checked)
         if self.poisoned is not None:
@@ -156,14 +160,18 @@ class Writer:
         self._pending.append(job)
         self._queued[future] = job
         self._idle.clear()
+        if not lazy and self._may_commit_here():
+            if self._scheduled:  # the end-of-turn flush this one takes over
+                self._scheduled = False
+                if self._handle is not None:
+                    self._handle.cancel()
+            self._flush()  # the future is settled when this returns
+            return future
         if self._scheduled:
             return future
-        if not lazy or barrier or len(self._pending) >= self.max_lazy:
-            if not lazy and not barrier and self._may_commit_here():
-                self._flush()  # the future is settled when this returns
-                return future
+        if not lazy or len(self._pending) >= self.max_lazy:
             self._scheduled = True
-            self._loop.call_soon(self._flush)
+            self._handle = self._loop.call_soon(self._flush)
         else:
             if self._lazy_since is None:
                 self._lazy_since = self._loop.time()
@@ -174,15 +182,18 @@ class Writer:
     def _may_commit_here(self) -> bool:
         """Whether a job someone waits for may be committed at once, in the caller's own
         step, instead of at the end of the loop's turn: nobody else would add to the batch
-        (the owner says so, :attr:`alone`), no earlier batch waits for delivery, and this is
-        not a flush's own delivery calling back (which would deliver out of order). It saves
-        the caller two turns of the loop: one to flush, one to wake it.
-
-        Barriers are not committed at once: a side effect's result is a barrier the run does
-        not wait for (``settle=False``), and what it writes next (the next model call's
-        intent) shares its commit and its fsync at the end of the turn."""
+        (the owner says so, :attr:`alone`), no earlier batch waits for delivery, no lock held
+        by another process is being waited out, and this is not a flush's own delivery calling
+        back (which would deliver out of order). It saves the caller two turns of the loop:
+        one to flush, one to wake it. A barrier is flushed to disk in that step too
+        (:meth:`_may_flush_here` holds then), so a ``manual`` tool's intent is on disk when
+        its submission returns."""
         return (
-            not self._flushing and not self._deliveries and self.alone is not None and self.alone()
+            not self._flushing
+            and not self._deliveries
+            and self._busy_since is None
+            and self.alone is not None
+            and self.alone()
         )
 
     def _due(self) -> None:
@@ -227,6 +238,7 @@ class Writer:
 
     def _flush_pending(self) -> None:
         self._scheduled = False
+        self._handle = None
         self._lazy_since = None
         batch, self._pending = self._pending, []
         self._queued = {}
