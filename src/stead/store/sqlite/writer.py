@@ -104,8 +104,6 @@ class Writer:
         #: between a tool's intent and its result: no scan of the queue each time).
         self._queued: dict[asyncio.Future[Any], Job[Any]] = {}
         self._scheduled = False
-        #: The end-of-turn flush that ``_scheduled`` says is on its way.
-        self._handle: asyncio.Handle | None = None
         #: The lazy-commit timer. It is not cancelled when a flush takes the lazy jobs early
         #: (every turn of a run, when the next intent commits): a later lazy job reuses it,
         #: and it waits on when it fires early for that job; one that finds no lazy job
@@ -160,18 +158,14 @@ class Writer:
         self._pending.append(job)
         self._queued[future] = job
         self._idle.clear()
-        if not lazy and self._may_commit_here():
-            if self._scheduled:  # the end-of-turn flush this one takes over
-                self._scheduled = False
-                if self._handle is not None:
-                    self._handle.cancel()
-            self._flush()  # the future is settled when this returns
-            return future
         if self._scheduled:
+            return future
+        if not lazy and self._may_commit_here():
+            self._flush()  # the future is settled when this returns
             return future
         if not lazy or len(self._pending) >= self.max_lazy:
             self._scheduled = True
-            self._handle = self._loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         else:
             if self._lazy_since is None:
                 self._lazy_since = self._loop.time()
@@ -238,7 +232,6 @@ class Writer:
 
     def _flush_pending(self) -> None:
         self._scheduled = False
-        self._handle = None
         self._lazy_since = None
         batch, self._pending = self._pending, []
         self._queued = {}
