@@ -176,18 +176,13 @@ class Writer:
     def _may_commit_here(self) -> bool:
         """Whether a job someone waits for may be committed at once, in the caller's own
         step, instead of at the end of the loop's turn: nobody else would add to the batch
-        (the owner says so, :attr:`alone`), no earlier batch waits for delivery, no lock held
-        by another process is being waited out, and this is not a flush's own delivery calling
-        back (which would deliver out of order). It saves the caller two turns of the loop:
-        one to flush, one to wake it. A barrier is flushed to disk in that step too
-        (:meth:`_may_flush_here` holds then), so a ``manual`` tool's intent is on disk when
-        its submission returns."""
+        (the owner says so, :attr:`alone`), no earlier batch waits for delivery, and this is
+        not a flush's own delivery calling back (which would deliver out of order). It saves
+        the caller two turns of the loop: one to flush, one to wake it. A barrier is flushed to
+        disk in that step too (:meth:`_may_flush_here` holds then), so a ``manual`` tool's
+        intent is on disk when its submission returns."""
         return (
-            not self._flushing
-            and not self._deliveries
-            and self._busy_since is None
-            and self.alone is not None
-            and self.alone()
+            not self._flushing and not self._deliveries and self.alone is not None and self.alone()
         )
 
     def _due(self) -> None:
