@@ -68,8 +68,10 @@ async def main(seconds: float, folder: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long to measure")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the database")
     args = parser.parse_args()
+    if not args.seconds > 0:
+        parser.error(f"--seconds must be a number above 0, got {args.seconds}")
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         asyncio.run(main(args.seconds, Path(folder)))

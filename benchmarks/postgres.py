@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0:
+        parser.error("--runs must be >= 1 and --warmup >= 0")
     url = os.environ.get("STEAD_POSTGRES_URL") or os.environ.get("STEAD_TEST_POSTGRES_URL")
     if not url:
         console.print("set STEAD_POSTGRES_URL to a PostgreSQL server to run this benchmark")

@@ -130,10 +130,14 @@ async def storage_ratio(folder: Path, turns: int) -> tuple[int, int]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=10_000, help="unfinished runs to reopen")
+    parser.add_argument("--turns", type=int, default=100, help="turns of the stored conversation")
     parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
     args = parser.parse_args()
+    if args.runs < 2:  # half of them wait for a person, the others are runnable
+        parser.error(f"--runs must be at least 2, got {args.runs}")
+    if args.turns < 1:
+        parser.error(f"--turns must be at least 1, got {args.turns}")
     console = Console(width=max(Console().width, 110))
     with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
         folder = Path(tmp)

@@ -240,6 +240,10 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per row (median)")
     parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
     args = parser.parse_args()
+    if args.steps < 2:  # the manual rows run half as many tool calls
+        parser.error(f"--steps must be at least 2, got {args.steps}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     console = Console(width=max(Console().width, 120))
     with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
         folder = Path(tmp)

@@ -217,6 +217,8 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="short runs per system (median)")
     parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     console = Console(width=max(Console().width, 110))
     table = Table("figure", "value", "target", "")
     with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
