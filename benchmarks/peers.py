@@ -570,16 +570,16 @@ def report(systems: list[System], runs: int, warmup: int, base: Path) -> None:
                     f"{peer.median / floor.median:.1f}x",
                 )
     for st in steads:
-        floor = floor_for(systems, st.setting)
-        if st.median is None or floor is None or floor.median is None:
+        same = floor_for(systems, st.setting)
+        if st.median is None or same is None or same.median is None:
             continue
         ceiling.add_row(
-            f"stead {st.setting} / floor ({floor.setting})", f"{st.median / floor.median:.2f}x"
+            f"stead {st.setting} / floor ({same.setting})", f"{st.median / same.median:.2f}x"
         )
         target = TARGET_ALWAYS if '"always"' in st.setting else TARGET_BARRIERS
         for peer in peers:
             if peer.median is not None:
-                needed = peer.median / target / floor.median
+                needed = peer.median / target / same.median
                 ceiling.add_row(
                     f"{target:g}x over {peer.name} needs stead {st.setting} at most",
                     f"{needed:.2f}x that floor",
