@@ -4,7 +4,9 @@ another process holding the database's write lock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import stead
+from stead.store.sqlite.store import WAL_PREFILL
 from stead.testing import ScriptedModel
 
 from ._helpers import World, run_child
@@ -115,6 +118,59 @@ def test_a_crashed_owner_is_replaced_at_once(tmp_path: Path) -> None:
     result = run_child(world, "one_tool")
     assert result.returncode == 0, result.describe()
     assert time.monotonic() - started < 30
+
+
+_RUN_AND_DIE = textwrap.dedent(
+    """
+    import asyncio, os, signal, sys
+    sys.path.insert(0, {src!r})
+    import stead
+    from stead.store.sqlite import store
+    from stead.testing import ScriptedModel
+
+    store.WAL_PREFILL = int(sys.argv[2])
+
+    async def main():
+        agent = stead.Agent(id="a", version="1", model=ScriptedModel(["ok"]))
+        runtime = await stead.App(agents=[agent]).open(stead.SqliteStore(sys.argv[1]))
+        run = await runtime.submit("a", session_id=sys.argv[3], request_id="r", prompt="hi")
+        await run.result(timeout=10)
+        print(os.path.getsize(sys.argv[1] + "-wal"), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # no checkpoint: the commits stay in the log
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run_and_die(db: Path, prefill: int, session: str) -> int:
+    """Complete one run in a child that opens ``db`` writing ``prefill`` bytes of the log
+    ahead, then kills itself; the log's size when it died."""
+    child = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_DIE.format(src=SRC), str(db), str(prefill), session],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -9, child.stdout + child.stderr
+    return int(child.stdout)
+
+
+def test_commits_a_killed_owner_left_in_the_log_outlive_the_log_written_ahead(
+    tmp_path: Path,
+) -> None:
+    """A runtime writes the log ahead when it opens (zeros past its end, ``WAL_PREFILL``), and
+    a killed owner's commits in it are neither overwritten nor lost: SQLite recovers every
+    commit of both owners and stops at the zeros."""
+    db = tmp_path / "stead.db"
+    left = _run_and_die(db, 0, "s1")  # a log of frames alone, its commits never checkpointed
+    assert 0 < left < WAL_PREFILL
+    assert _run_and_die(db, WAL_PREFILL, "s2") == WAL_PREFILL  # frames written into the zeros
+    with contextlib.closing(sqlite3.connect(db)) as conn:  # SQLite alone recovers the log
+        runs = conn.execute("SELECT session_id, status FROM stead_runs ORDER BY session_id")
+        assert runs.fetchall() == [("s1", "completed"), ("s2", "completed")]
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 _HOLD_LOCK = textwrap.dedent(
