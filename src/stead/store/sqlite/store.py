@@ -67,9 +67,10 @@ PAGE_SIZE = 1024
 #: commits that overwrote blocks written before, it flushes the data alone, which took about
 #: two thirds of the time per barrier on the development machine. A file open for a while gets
 #: this from SQLite itself, which starts the WAL over from its beginning after a checkpoint and
-#: keeps its size; this gives it to a file just opened, for its first megabyte of commits (about
-#: 300 durable steps of an agent), at the cost of about a millisecond when the file opens.
-WAL_PREFILL = 1 << 20
+#: keeps its size; this gives it to a file just opened, for its first 256 KB of commits (about
+#: 70 durable steps of an agent), at the cost of about half a millisecond when the file opens
+#: (a megabyte cost 1.4 ms: more than the flushes of a short-lived process's few runs save).
+WAL_PREFILL = 1 << 18
 
 #: Sequences reserved durably ahead of use, so events handed out between barriers never reuse
 #: a number after an OS crash loses them (DESIGN §6).
