@@ -4,6 +4,7 @@ the runtime (in-process cases; those needing other processes are in tests/crash)
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ import pytest
 
 import stead
 from stead.agent import loop
+from stead.store.sqlite import store as sqlite_store
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
 LONE = "\ud83d"  # the first half of an emoji, as a stream decoded piece by piece can hand it over
@@ -289,6 +291,32 @@ async def test_a_deleted_or_replaced_database_is_never_acknowledged_into(
         assert not runtime.health()["ok"]
     finally:
         await runtime.close()
+
+
+async def test_a_log_that_cannot_be_written_ahead_is_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing the log ahead at open is an optimization: a disk that refuses it (full, say)
+    leaves the log as it was, the store opens, and runs complete."""
+    db = tmp_path / "stead.db"
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(["ok"]))
+    app = stead.App(agents=[agent])
+    async with await app.open(stead.SqliteStore(db)):
+        pass
+
+    def refuse(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sqlite_store.os, "pwrite", refuse)
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        assert 0 < os.path.getsize(f"{db}-wal") < sqlite_store.WAL_PREFILL
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="hi")
+        assert (await run.result(timeout=10)).output == "ok"
+        assert runtime.health()["ok"]
+    monkeypatch.undo()
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        assert os.path.getsize(f"{db}-wal") == sqlite_store.WAL_PREFILL
+        assert [r.status for r in (await runtime.list_runs()).runs] == [stead.RunStatus.COMPLETED]
 
 
 # -- 7. a crafted database runs no one's triggers -----------------------------------------------
