@@ -72,6 +72,10 @@ PAGE_SIZE = 1024
 #: (a megabyte cost 1.4 ms: more than the flushes of a short-lived process's few runs save).
 WAL_PREFILL = 1 << 18
 
+#: Flushes a file's data (and what reading it back needs) to disk. Where the platform has no
+#: ``fdatasync`` (macOS), ``fsync``, which flushes its timestamps too.
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
 #: Sequences reserved durably ahead of use, so events handed out between barriers never reuse
 #: a number after an OS crash loses them (DESIGN §6).
 SEQUENCE_RESERVATION = 10_000
@@ -502,7 +506,7 @@ class SqliteStore:
         """Flush the WAL to disk: every commit so far becomes durable (runs on a thread); then
         check that the path still names the files written to."""
         if self._wal_fd is not None:
-            os.fdatasync(self._wal_fd)
+            _fdatasync(self._wal_fd)
             self.check_identity()
 
     def check_identity(self) -> None:
@@ -680,7 +684,7 @@ def _prefill_wal(conn: sqlite3.Connection, path: str) -> None:
                 size = os.fstat(fd).st_size
                 if size < WAL_PREFILL:
                     os.pwrite(fd, bytes(WAL_PREFILL - size), size)
-                    os.fdatasync(fd)
+                    _fdatasync(fd)
             finally:
                 os.close(fd)
         finally:
