@@ -799,3 +799,29 @@ def test_a_forked_child_starts_threads_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_loop_that_handed_calls_to_threads_is_let_go_once_it_is_done_with() -> None:
+    """A program that runs ``asyncio.run`` once per request or command hands each new loop's
+    calls to the same threads: the loops that ended must not be kept alive by their
+    mailboxes (nor their runtimes, callbacks and futures with them)."""
+    import asyncio
+    import gc
+    import weakref
+
+    from stead import _threads
+    from stead._threads import run_in_thread, run_store_call
+
+    gone: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def calls() -> None:
+        gone.append(weakref.ref(asyncio.get_running_loop()))
+        assert await run_in_thread(lambda: 1) == 1
+        assert await run_store_call(lambda: 2) == 2
+
+    for _ in range(3):
+        asyncio.run(calls())
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None, None]
+    assert all(box.ref() is not None for box in _threads._mailboxes.values())
+    asyncio.run(calls())  # and a loop after them is served as before
