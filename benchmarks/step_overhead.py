@@ -12,7 +12,8 @@ Rows:
   synchronous function, run in a worker thread, as most tools are written).
 * manual tools: one sequential run whose tools are ``manual`` (intent and result on disk).
 Each stead row is run with ``fsync="barriers"`` (the default) and ``fsync="always"``, and printed
-as a ratio to the bare commit. Last, durable steps per second with 100 concurrent runs.
+as a ratio to the bare commit and to the Python floor. Last, durable steps per second with 100
+concurrent runs. No targets: ``summary.py`` judges the figures the work is held to.
 """
 
 from __future__ import annotations
@@ -40,13 +41,6 @@ from stead.testing import ScriptedModel, Turn
 JSON = Any
 Recovery = Literal["safe", "idempotent", "manual"]
 Fsync = Literal["barriers", "always"]
-
-TARGETS = {
-    ("safe", "barriers"): 0.5,
-    ("safe", "always"): 1.25,
-    ("manual", "barriers"): 1.5,
-}
-CONCURRENT_TARGET = 5_000
 
 
 def collect_garbage() -> None:
@@ -254,8 +248,8 @@ async def main() -> None:
             )
             for recovery in ("safe", "manual")
         }
-        table = Table("row", "fsync", "ms/step", "x bare commit", "x Python floor", "target", "")
-        table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "", "", "")
+        table = Table("row", "fsync", "ms/step", "x bare commit", "x Python floor")
+        table.add_row("bare commit (WAL, synchronous=FULL)", "", f"{bare:.3f}", "1.00", "")
         for recovery, floor in floors.items():
             table.add_row(
                 f"Python floor, {recovery} tools",
@@ -263,8 +257,6 @@ async def main() -> None:
                 f"{floor:.3f}",
                 f"{floor / bare:.2f}",
                 "1.00",
-                "",
-                "",
             )
         await sequential_ms(folder, 20, "safe", "barriers")  # warm-up
         rows: tuple[tuple[Recovery, Fsync], ...] = (
@@ -278,24 +270,17 @@ async def main() -> None:
             ms = statistics.median(
                 [await sequential_ms(folder, steps, recovery, fsync) for _ in range(args.repeat)]
             )
-            ratio = ms / bare
-            target = TARGETS.get((recovery, fsync))
-            verdict = "" if target is None else ("PASS" if ratio <= target else "MISS")
             table.add_row(
                 f"{recovery} steps" if recovery == "safe" else "manual tools run",
                 fsync,
                 f"{ms:.3f}",
-                f"{ratio:.2f}",
+                f"{ms / bare:.2f}",
                 f"{ms / floors[recovery]:.1f}",
-                f"≤ {target}" if target else "",
-                verdict,
             )
         console.print(table)
         rate = await concurrent_steps_per_second(folder, 100, 10)
-        verdict = "PASS" if rate >= CONCURRENT_TARGET else "MISS"
         console.print(
-            f"100 concurrent runs (10 tool calls each): [bold]{rate:,.0f}[/] durable "
-            f"steps/s (target ≥ {CONCURRENT_TARGET:,}: {verdict})"
+            f"100 concurrent runs (10 tool calls each): [bold]{rate:,.0f}[/] durable steps/s"
         )
         console.print(
             f"[dim]Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
