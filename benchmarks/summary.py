@@ -14,15 +14,21 @@ through stead's hand-off, and through ``asyncio.to_thread``. The peers (DBOS, La
 the same 10-tool-call loop side by side (see peers.py), with the floor of that loop fsync'd as
 each stead setting is (at the submission and the end, and after every commit).
 Targets are printed as PASS/MISS, never asserted: a slow disk reports a MISS, not a failure.
+``--repeat N`` measures everything N times over and prints each figure's spread (lowest to
+highest) and how many of the N rounds met its target: figures on a shared machine move from one
+minute to the next, and a claim that a target holds wants more than one round.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -42,8 +48,73 @@ TURNS = 100  # tool calls of the long sequential runs
 SHORT = 10  # tool calls of the short runs (21 steps, as in peers.py)
 
 
-def _row(table: Table, figure: str, value: float, unit: str, target: str, ok: bool) -> None:
-    table.add_row(figure, f"{value:,.2f}{unit}", target, "PASS" if ok else "MISS")
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One row: a measured value (``None``: a row with only ``text``, a peer that was not run)
+    written as ``format(value, spec) + unit``, and its target, if it has one."""
+
+    name: str
+    value: float | None
+    spec: str = ",.2f"
+    unit: str = ""
+    target: str = ""
+    ok: bool | None = None
+    text: str = ""
+
+    def shown(self, value: float) -> str:
+        return format(value, self.spec)
+
+
+class Figures:
+    """The rows of one round of measurements, in the order they are printed."""
+
+    def __init__(self) -> None:
+        self.rows: list[Figure] = []
+
+    def add(
+        self, name: str, value: float, unit: str = "", spec: str = ",.2f", target: str = ""
+    ) -> None:
+        """A row; ``target`` as ``"≤ 3x"`` or ``"≥ 10,000"`` (its bound, then ``unit``), which
+        the value is checked against."""
+        ok = None
+        if target:
+            bound = float(target[2:].removesuffix(unit.strip()).replace(",", ""))
+            ok = value <= bound if target.startswith("≤") else value >= bound
+        self.rows.append(Figure(name, value, spec, unit, target, ok))
+
+    def note(self, name: str, text: str) -> None:
+        self.rows.append(Figure(name, None, text=text))
+
+
+def table_of(rounds: list[Figures]) -> Table:
+    """One round's figures as they are; several rounds' as each figure's lowest and highest
+    value and how many rounds met its target."""
+    many = len(rounds) > 1
+    spread = f"lowest to highest of {len(rounds)} rounds"
+    table = Table("figure", spread if many else "value", "target", "")
+    names: dict[str, list[Figure]] = {}
+    for figures in rounds:
+        for row in figures.rows:
+            names.setdefault(row.name, []).append(row)
+    for name, rows in names.items():
+        first = rows[0]
+        values = [row.value for row in rows if row.value is not None]
+        if not values:
+            table.add_row(name, first.text, "", "")
+            continue
+        low, high = min(values), max(values)
+        shown = first.shown(low) if low == high else f"{first.shown(low)} to {first.shown(high)}"
+        verdict = ""
+        if first.target:
+            met = sum(1 for row in rows if row.ok)
+            verdict = "PASS" if met == len(rows) else "MISS"
+            if many and 0 < met < len(rows):
+                verdict = f"MISS ({met} of {len(rows)} met)"
+        shown += first.unit
+        if len(rows) < len(rounds):  # a peer that ran in some rounds only
+            shown += f" ({len(rows)} of {len(rounds)} rounds)"
+        table.add_row(name, shown, first.target, verdict)
+    return table
 
 
 async def _paired(
@@ -62,7 +133,7 @@ async def _paired(
     return statistics.median(floors), statistics.median(steads), statistics.median(ratios)
 
 
-async def stead_figures(folder: Path, runs: int, table: Table) -> None:
+async def stead_figures(folder: Path, runs: int, figures: Figures) -> None:
     def floor_long() -> float:
         return step_overhead.python_floor_ms(folder, TURNS, "safe")
 
@@ -124,38 +195,36 @@ async def stead_figures(folder: Path, runs: int, table: Table) -> None:
     floors["Python floor: manual tools"] = floor
     ratios.append(("manual-tool run, per step ÷ Python floor", "≤ 2x", ratio))
     for figure, value in floors.items():
-        table.add_row(figure, f"{value * 1000:.1f} µs/step", "", "")
+        figures.add(figure, value * 1000, " µs/step", ".1f")
     for figure, target, ratio in ratios:
-        _row(table, figure, ratio, "x", target, ratio <= float(target[2:-1]))
+        figures.add(figure, ratio, "x", target=target)
         if figure.startswith("safe step (100-turn run) "):
             for note, value in handoffs:
-                table.add_row(note, f"{value:,.2f}x", "", "")
+                figures.add(note, value, "x")
     # Median of three: one sample of a 0.2-second burst moves by a fifth from run to run.
     rate = statistics.median(
         [await step_overhead.concurrent_steps_per_second(folder, 100, SHORT) for _ in range(3)]
     )
-    _row(table, "durable steps/s, 100 concurrent runs", rate, "", "≥ 10,000", rate >= 10_000)
+    figures.add("durable steps/s, 100 concurrent runs", rate, spec=",.0f", target="≥ 10,000")
     # The target is absolute, so it moves with the machine; against the floor's own rate (one
     # run, one step after another) it moves much less from one machine to another.
     floor_rate = 1000 / floors["Python floor: 100-turn run, safe tools"]
-    table.add_row("… ÷ the Python floor's steps/s (one run)", f"{rate / floor_rate:,.2f}x", "", "")
+    figures.add("… ÷ the Python floor's steps/s (one run)", rate / floor_rate, "x")
     size, content = await scale.storage_ratio(folder, TURNS)
-    _row(
-        table,
+    figures.add(
         "database bytes ÷ unique content, 100-turn conversation",
         size / content,
         "x",
-        "≤ 2.5x",
-        size / content <= 2.5,
+        target="≤ 2.5x",
     )
     ready, first = await scale.open_figures(folder, 10_000)
-    _row(table, "open a store of 10,000 unfinished runs", ready, " ms", "≤ 20 ms", ready <= 20)
-    _row(table, "… until the first runnable one executes", first, " ms", "≤ 100 ms", first <= 100)
+    figures.add("open a store of 10,000 unfinished runs", ready, " ms", target="≤ 20 ms")
+    figures.add("… until the first runnable one executes", first, " ms", target="≤ 100 ms")
     held = await scale.waiting_bytes(folder)
-    _row(table, "Python bytes held per waiting run", held, " B", "≤ 2,048 B", held <= 2048)
+    figures.add("Python bytes held per waiting run", held, " B", spec=",.0f", target="≤ 2,048 B")
 
 
-def peer_figures(runs: int, base: Path, table: Table) -> None:
+def peer_figures(runs: int, base: Path, figures: Figures) -> None:
     systems = [
         peers.stead_system("barriers"),
         peers.stead_system("always"),
@@ -169,24 +238,19 @@ def peer_figures(runs: int, base: Path, table: Table) -> None:
     rivals = [s for s in systems if s.name not in ("stead", peers.FLOOR)]
     for system in systems:
         if system.median is None:
-            table.add_row(f"{system.name} {system.setting}", system.skipped or "-", "", "")
+            figures.note(f"{system.name} {system.setting}", system.skipped or "-")
             continue
-        table.add_row(
-            f"{system.name}: {system.setting}", f"{system.median * 1000:.1f} µs/step", "", ""
-        )
+        figures.add(f"{system.name}: {system.setting}", system.median * 1000, " µs/step", ".1f")
     for fsync, target in (("barriers", 10.0), ("always", 5.0)):
         ours = by_name[("stead", f'SqliteStore(fsync="{fsync}")')].median
         for peer in rivals:
             if ours is None or peer.median is None:
                 continue
-            speedup = peer.median / ours
-            _row(
-                table,
+            figures.add(
                 f'speed-up over {peer.name}, fsync="{fsync}"',
-                speedup,
+                peer.median / ours,
                 "x",
-                f"≥ {target:g}x",
-                speedup >= target,
+                target=f"≥ {target:g}x",
             )
     # The same loop's journal written by hand (no engine), in the same round-robin, fsync'd as
     # each stead setting is: a speed-up over a peer is bounded by the floor's own.
@@ -198,33 +262,72 @@ def peer_figures(runs: int, base: Path, table: Table) -> None:
             continue
         for peer in rivals:
             if peer.median is not None:
-                table.add_row(
+                figures.add(
                     f"… the Python floor's own speed-up over {peer.name} (no engine, fsync {what})",
-                    f"{peer.median / floor.median:.1f}x",
-                    "",
-                    "",
+                    peer.median / floor.median,
+                    "x",
+                    ".1f",
                 )
-        table.add_row(
+        figures.add(
             f'stead fsync="{fsync}" ÷ the Python floor fsync\'d {what}, this loop',
-            f"{ours / floor.median:.2f}x",
-            "",
-            "",
+            ours / floor.median,
+            "x",
         )
+
+
+async def measure(runs: int, folder: str | None) -> Figures:
+    """One round of every figure, in this process."""
+    figures = Figures()
+    with tempfile.TemporaryDirectory(dir=folder or os.getcwd()) as tmp:
+        await stead_figures(Path(tmp), runs, figures)
+        await asyncio.to_thread(peer_figures, runs, Path(tmp), figures)
+    return figures
+
+
+def measure_apart(runs: int, folder: str | None) -> Figures:
+    """One round in a process of its own, as a single run of this script measures it: rounds
+    in one process would share what the first one warmed up (imports, caches, the
+    interpreter's allocations: the bytes held per waiting run read a quarter in a later
+    round)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        command = [sys.executable, __file__, "--runs", str(runs), "--round", str(out)]
+        if folder is not None:
+            command += ["--dir", folder]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"a round of summary.py failed:\n{done.stdout}{done.stderr}")
+        figures = Figures()
+        figures.rows = [Figure(**row) for row in json.loads(out.read_text())]
+    return figures
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="short runs per system (median)")
     parser.add_argument("--dir", default=None, help="folder for the databases (not tmpfs)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds, each in a process of its own"
+    )
+    parser.add_argument("--round", type=Path, help=argparse.SUPPRESS)  # one round, as JSON
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    if args.round is not None:
+        figures = await measure(args.runs, args.dir)
+        args.round.write_text(json.dumps([dataclasses.asdict(row) for row in figures.rows]))
+        return
     console = Console(width=max(Console().width, 110))
-    table = Table("figure", "value", "target", "")
-    with tempfile.TemporaryDirectory(dir=args.dir or os.getcwd()) as tmp:
-        await stead_figures(Path(tmp), args.runs, table)
-        await asyncio.to_thread(peer_figures, args.runs, Path(tmp), table)
-    console.print(table)
+    if args.repeat == 1:
+        rounds = [await measure(args.runs, args.dir)]
+    else:
+        rounds = []
+        for number in range(1, args.repeat + 1):
+            console.print(f"[dim]round {number} of {args.repeat}[/]")
+            rounds.append(await asyncio.to_thread(measure_apart, args.runs, args.dir))
+    console.print(table_of(rounds))
     console.print(
         f"[dim]Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
         f"{os.cpu_count()} CPUs[/]"
