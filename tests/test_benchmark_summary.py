@@ -1,0 +1,60 @@
+"""``benchmarks/summary.py``'s figures and their verdicts: what a round reports against each
+target, and what several rounds report together (``--repeat``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import summary
+
+
+def _text(rounds: list[summary.Figures]) -> str:
+    console = Console(width=200, record=True)
+    console.print(summary.table_of(rounds))
+    return console.export_text()
+
+
+def _line(text: str, figure: str) -> str:
+    return next(line for line in text.splitlines() if f" {figure} " in line)
+
+
+def test_each_target_is_read_in_its_own_unit_and_direction() -> None:
+    figures = summary.Figures()
+    figures.add("ratio", 3.0, "x", target="≤ 3x")  # on the bound: met
+    figures.add("slow ratio", 3.01, "x", target="≤ 3x")
+    figures.add("rate", 9_999, spec=",.0f", target="≥ 10,000")
+    figures.add("open", 4.5, " ms", target="≤ 20 ms")
+    figures.add("held", 2_049, " B", spec=",.0f", target="≤ 2,048 B")
+    figures.add("speed-up", 10.0, "x", target="≥ 10x")
+    figures.add("floor", 22.2, " µs/step", ".1f")
+    assert [row.ok for row in figures.rows] == [True, False, False, True, False, True, None]
+    text = _text([figures])
+    assert "3.00x" in _line(text, "ratio") and "PASS" in _line(text, "ratio")
+    assert "MISS" in _line(text, "slow ratio")
+    assert "9,999" in _line(text, "rate") and "MISS" in _line(text, "rate")
+    assert "2,049 B" in _line(text, "held")
+    assert "22.2 µs/step" in _line(text, "floor")
+    assert "PASS" not in _line(text, "floor") and "MISS" not in _line(text, "floor")
+
+
+def test_rounds_together_give_each_figures_range_and_how_many_rounds_met_it() -> None:
+    rounds = []
+    for safe, rate in ((2.96, 19_577), (3.09, 19_956), (3.17, 19_700)):
+        figures = summary.Figures()
+        figures.add("safe", safe, "x", target="≤ 3x")
+        figures.add("rate", rate, spec=",.0f", target="≥ 10,000")
+        figures.note("DBOS", "not installed")
+        rounds.append(figures)
+    rounds[0].add("LangGraph", 1.5, "x")  # ran in one round only
+    text = _text(rounds)
+    assert "lowest to highest of 3 rounds" in text
+    assert "2.96 to 3.17x" in _line(text, "safe")
+    assert "MISS (1 of 3 met)" in _line(text, "safe")
+    assert "19,577 to 19,956" in _line(text, "rate") and "PASS" in _line(text, "rate")
+    assert "not installed" in _line(text, "DBOS")
+    assert "1.50x (1 of 3 rounds)" in _line(text, "LangGraph")
