@@ -122,10 +122,11 @@ class _Mailbox:
         self.outcomes.append((future, result, error))  # before the check: see settle
         if not self.waking:
             self.waking = True
-            loop = self.ref()  # alive: the outcome's future refers to it
+            loop = self.ref()  # alive while the outcome's future refers to it
+            if loop is None:  # gone: nobody waits any more
+                self.waking = False
+                return
             try:
-                if loop is None:
-                    raise RuntimeError("the loop is gone")
                 loop.call_soon_threadsafe(self.settle)
             except RuntimeError:  # the loop closed: nobody waits any more
                 self.waking = False
