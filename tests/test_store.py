@@ -136,6 +136,136 @@ async def test_an_owner_whose_pid_is_gone_is_replaced(db: str) -> None:
         assert store.open_info is not None and store.open_info.previous_owner_crashed
 
 
+async def _store_with_a_result_committed_last(db: str) -> int:
+    """A run whose last commit ends with an operation's result (its sequence is the highest
+    handed out); returns that sequence. The store is closed as after a crash: its owner row
+    still names an owner (a pid that is gone, on this host and boot), with a reservation far
+    above what was written, which an owner on the same boot does not continue from."""
+    from stead._ids import boot_id
+    from stead.journal import transitions
+
+    store = stead.SqliteStore(db)
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(store.acquire, loop, lambda events: None, lambda error: None)
+    await store.transact(submission("run-1"), durability="barrier")
+    await store.transact(
+        functools.partial(
+            transitions.start_operation,
+            run_id="run-1",
+            key="tool:1:c1",
+            position=1,
+            kind="tool",
+            recovery="manual",
+            input_hash="h",
+            input={"tool": "pay", "call_id": "c1"},
+            writes=None,
+        ),
+        durability="barrier",
+    )
+    await store.transact(
+        functools.partial(
+            transitions.finish_operation,
+            run_id="run-1",
+            key="tool:1:c1",
+            kind="tool",
+            input={"tool": "pay", "call_id": "c1"},
+            result={"output": 1},
+            writes=None,
+        ),
+        durability="barrier",
+    )
+    await store.aclose()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    conn = sqlite3.connect(db)
+    (completed,) = conn.execute("SELECT completed_seq FROM stead_operations").fetchone()
+    written = conn.execute(
+        "SELECT MAX(sequence) FROM stead_events UNION ALL SELECT MAX(started_seq) "
+        "FROM stead_operations"
+    ).fetchall()
+    assert all(row[0] < completed for row in written)  # the result's is the highest
+    conn.execute(
+        "UPDATE stead_meta SET owner_token = 't', owner_pid = ?, owner_host = ?, "
+        "owner_boot_id = ?, sequence_reserved_through = 1000000",
+        (dead.pid, socket.gethostname(), boot_id()),
+    )
+    conn.commit()
+    conn.close()
+    return int(completed)
+
+
+async def test_after_a_crash_the_sequence_continues_above_a_result_committed_last(
+    db: str,
+) -> None:
+    """The sequence of an operation's result is not indexed: a commit whose last sequence is
+    one keeps it in ``stead_meta.completed_through``, so the next owner neither reuses it nor
+    leaves a gap."""
+    completed = await _store_with_a_result_committed_last(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT completed_through FROM stead_meta").fetchone() == (completed,)
+    conn.close()
+    store = stead.SqliteStore(db)
+    async with await _app().open(store) as runtime:
+        assert store.open_info is not None and store.open_info.previous_owner_crashed
+        assert store.open_info.next_sequence == completed + 1
+        run = await runtime.submit("a", session_id="s2", request_id="r", prompt="go")
+        await run.result()
+    sequences = [e.sequence for e in journal_events(db)]
+    assert sequences == list(range(1, len(sequences) + 1))
+
+
+async def test_a_client_writing_after_a_crash_continues_above_a_result_committed_last(
+    db: str,
+) -> None:
+    completed = await _store_with_a_result_committed_last(db)
+    async with stead.Client(stead.SqliteStore(db)) as client:
+        await client.submit("a", session_id="s2", request_id="r", prompt="go", version="1")
+    sequences = [e.sequence for e in journal_events(db)]
+    assert completed + 1 in sequences
+    assert sequences == list(range(1, len(sequences) + 1))
+
+
+def test_an_older_file_keeps_the_highest_result_sequence_when_migrated(tmp_path: Any) -> None:
+    """Migration 8 drops the index of result sequences; the highest one is kept in the meta
+    row first, so an owner opening the file continues above it."""
+    from stead.store.migrate import migrations, statements
+
+    db = str(tmp_path / "v7.db")
+    conn = sqlite3.connect(db)
+    for number, script in migrations():
+        if number <= 7:
+            for statement in statements(script):
+                conn.execute(statement)
+    conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 7)")
+    conn.execute(
+        "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
+        "input, submission_digest, created_at, updated_at) VALUES ('run-1', 's', 'r', 'agent', "
+        "'a', '1', 'completed', '{}', 'd', '2026-01-01', '2026-01-01')"
+    )
+    conn.execute(
+        "INSERT INTO stead_operations (run_id, key, position, kind, status, recovery, "
+        "input_hash, input, result, created_at, updated_at, started_seq, completed_seq) "
+        "VALUES ('run-1', 'tool:1:c1', 1, 'tool', 'completed', 'manual', 'h', '{}', '1', "
+        "'2026-01-01', '2026-01-01', 3, 41)"
+    )
+    conn.commit()
+    conn.close()
+
+    async def reopen() -> int:
+        store = stead.SqliteStore(db)
+        async with await _app().open(store):
+            assert store.open_info is not None
+            return store.open_info.next_sequence
+
+    assert asyncio.run(reopen()) == 42
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT schema_version, completed_through FROM stead_meta").fetchone() == (
+        SCHEMA_VERSION,
+        41,
+    )
+    conn.close()
+
+
 async def test_a_replaced_owner_can_commit_nothing(db: str) -> None:
     fatal: list[stead.StorageError] = []
     store = stead.SqliteStore(db)

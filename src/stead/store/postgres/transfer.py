@@ -24,6 +24,7 @@ from ...errors import SchemaVersionError, StorageError, ValidationError
 from ..migrate import SCHEMA_VERSION as SQLITE_SCHEMA_VERSION
 from ..migrate import schema_version, verify_schema
 from ..sqlite import SqliteStore
+from ..sqlite.tx import MAX_SEQUENCE_SQL
 from .store import PostgresStore
 
 __all__ = ["TABLES", "Copied", "copy_sqlite_journal"]
@@ -189,13 +190,9 @@ def _copy_table(
 
 def _next_sequence(src: sqlite3.Connection) -> int:
     """Above every sequence the source handed out or may have shown (its reservation)."""
-    found = src.execute(
-        "SELECT MAX(s) FROM (SELECT MAX(sequence) AS s FROM stead_events "
-        "UNION ALL SELECT MAX(started_seq) FROM stead_operations "
-        "UNION ALL SELECT MAX(completed_seq) FROM stead_operations "
-        "UNION ALL SELECT sequence_reserved_through FROM stead_meta) AS seqs"
-    ).fetchone()[0]
-    return int(found or 0) + 1
+    written = int(src.execute(MAX_SEQUENCE_SQL).fetchone()[0])
+    reserved = src.execute("SELECT sequence_reserved_through FROM stead_meta").fetchone()
+    return max(written, int(reserved[0] or 0) if reserved else 0) + 1
 
 
 def _digest(rows: Iterator[tuple[Any, ...]]) -> tuple[int, str]:

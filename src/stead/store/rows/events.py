@@ -129,12 +129,3 @@ class EventRows(SqlBase):
             (run_id, run_id, run_id),
         ).fetchone()
         return int(row[0] or 0)
-
-
-#: The highest sequence handed out in a database (an event row's or an operation's).
-MAX_SEQUENCE_SQL = (
-    "SELECT COALESCE(MAX(s), 0) FROM ("
-    "SELECT MAX(sequence) AS s FROM stead_events "
-    "UNION ALL SELECT MAX(started_seq) FROM stead_operations "
-    "UNION ALL SELECT MAX(completed_seq) FROM stead_operations) AS seqs"
-)

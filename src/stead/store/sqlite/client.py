@@ -31,8 +31,7 @@ from ...journal.commands import (
 )
 from ...journal.protocol import InboxRow
 from ..migrate import SCHEMA_VERSION, schema_version, verify_schema
-from ..rows.events import MAX_SEQUENCE_SQL
-from .tx import SqliteTx
+from .tx import MAX_SEQUENCE_SQL, SqliteTx
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -210,7 +209,7 @@ class ClientSide:
                 sequence = self._next_sequence(conn) if lock is not None else 0
                 tx = SqliteTx(conn, self._store.clock, sequence, False)
                 value = fn(tx)
-                tx.write_events()
+                tx.seal()
                 conn.execute("COMMIT")
                 return value
             except sqlite3.Error as exc:

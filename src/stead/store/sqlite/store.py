@@ -43,9 +43,8 @@ from ...journal.commands import Command
 from ...journal.protocol import Durability
 from ...journal.records import Claim, Notice
 from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
-from ..rows.events import MAX_SEQUENCE_SQL
 from .client import ClientSide as _ClientSide
-from .tx import SqliteTx
+from .tx import MAX_SEQUENCE_SQL, SqliteTx
 from .writer import Writer
 
 __all__ = ["SqliteStore"]
@@ -646,7 +645,7 @@ class SqliteStore:
         """Commit; returns the events written and whether this commit must reach the disk."""
         conn = self._conn
         assert conn is not None
-        tx.write_events()
+        tx.seal()
         conn.execute("COMMIT")
         self._next_sequence = tx.next_sequence
         if self._reserving is not None:
