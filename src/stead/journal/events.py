@@ -17,6 +17,7 @@ __all__ = [
     "EVENT_KINDS",
     "OPERATION_EVENT_KINDS",
     "PREVIEW_CHARS",
+    "RESULT_EVENT_KINDS",
     "ChildCompleted",
     "ChildStarted",
     "Custom",
@@ -478,3 +479,5 @@ _COMPLETED_KINDS: dict[str, EventKind] = {
     "timer": TimerFired.event_kind,
     "child": ChildCompleted.event_kind,
 }
+#: The kinds of event that announce an operation's result (its row's ``completed_seq``).
+RESULT_EVENT_KINDS: frozenset[str] = frozenset(_COMPLETED_KINDS.values())

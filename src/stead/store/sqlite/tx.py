@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from ..._clock import Clock
-from ..._json import JSON
-from ...journal.records import Claim, Notice, Recovery
+from ...journal.events import RESULT_EVENT_KINDS
+from ...journal.records import Claim, Notice
 from ..rows import SQLITE, SqlTx
 
 #: The highest event sequence written to the file (see the module docstring).
@@ -88,51 +88,11 @@ class SqliteTx(SqlTx):
         if tail and tail == self.next_sequence - 1:
             self.conn.execute("UPDATE stead_meta SET completed_through = ?", (tail,))
 
-    # -- the sequences of operations' results (see the module docstring) ---------------------
-
-    def start_operation(
-        self,
-        *,
-        run_id: str,
-        key: str,
-        position: int,
-        kind: str,
-        recovery: Recovery,
-        input_hash: str,
-        input: JSON,
-        input_text: str | None = None,
-        result_text: str | None = None,
-        started_seq: int | None = None,
-        completed_seq: int | None = None,
-    ) -> None:
-        super().start_operation(
-            run_id=run_id,
-            key=key,
-            position=position,
-            kind=kind,
-            recovery=recovery,
-            input_hash=input_hash,
-            input=input,
-            input_text=input_text,
-            result_text=result_text,
-            started_seq=started_seq,
-            completed_seq=completed_seq,
-        )
-        if completed_seq is not None:
-            self.completed_tail = completed_seq
-
-    def complete_operation(
-        self,
-        run_id: str,
-        key: str,
-        result: JSON,
-        result_text: str | None = None,
-        completed_seq: int | None = None,
-    ) -> bool:
-        done = super().complete_operation(run_id, key, result, result_text, completed_seq)
-        if done and completed_seq is not None:
-            self.completed_tail = completed_seq
-        return done
+    def announce(self, run_id: str, kind: str) -> int:
+        sequence = super().announce(run_id, kind)
+        if kind in RESULT_EVENT_KINDS:  # an operation's result: see the module docstring
+            self.completed_tail = sequence
+        return sequence
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         # The shared SQL is written with SQLite's marks already: no dialect to apply.
