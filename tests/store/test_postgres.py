@@ -115,6 +115,61 @@ async def test_workers_opening_one_schema_at_once_migrate_it_once_and_all_run(
     assert len({store.worker for store in stores}) == 4  # each worker has its own name
 
 
+@needs_postgres
+async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str) -> None:
+    """Version 5 drops the indexes of the sequences operation rows announce their events with
+    (sequences come from the counter): an older schema is migrated, and a run's events still
+    read back in order, gap-free."""
+    from stead.store.migrate import migrations
+    from stead.store.postgres.store import SCHEMA_VERSION
+    from stead.testing import ScriptedModel
+
+    old = _store(schema=schema)
+    conn = old.connect()
+    try:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        for number, script in migrations("postgres"):
+            if number <= 4:
+                conn.execute(script)
+        conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 4)")
+    finally:
+        conn.close()
+
+    @stead.tool(recovery="safe")
+    def lookup(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    model = ScriptedModel([[stead.ToolCall(name="lookup", arguments={"i": 1}, id="c")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[lookup])])
+    async with await app.open(_store(schema=schema)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        assert (await run.result()).output == "done"
+        kinds = [event.kind async for event in run.events()]
+    assert kinds[:1] == ["submitted"] and "tool_completed" in kinds
+    conn = old.connect()
+    try:
+        version = conn.execute("SELECT schema_version FROM stead_meta").fetchone()[0]
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
+            )
+        }
+        sequences = [
+            row[0]
+            for row in conn.execute(
+                "SELECT sequence FROM stead_events UNION ALL SELECT started_seq FROM "
+                "stead_operations WHERE started_seq IS NOT NULL UNION ALL SELECT completed_seq "
+                "FROM stead_operations WHERE completed_seq IS NOT NULL ORDER BY 1"
+            )
+        ]
+    finally:
+        conn.close()
+    assert version == SCHEMA_VERSION == 5
+    assert not {"stead_operations_started_seq", "stead_operations_completed_seq"} & indexes
+    assert sequences == list(range(1, len(sequences) + 1))
+
+
 def test_pool_and_lease_options_are_checked() -> None:
     pytest.importorskip("psycopg")
     url = "postgresql://u@h/db"
