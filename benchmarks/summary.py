@@ -15,8 +15,9 @@ the same 10-tool-call loop side by side (see peers.py), with the floor of that l
 each stead setting is (at the submission and the end, and after every commit).
 Targets are printed as PASS/MISS, never asserted: a slow disk reports a MISS, not a failure.
 ``--repeat N`` measures everything N times over and prints each figure's spread (lowest to
-highest) and how many of the N rounds met its target: figures on a shared machine move from one
-minute to the next, and a claim that a target holds wants more than one round.
+highest) and how many of the N rounds met its target, then every round's figures side by side
+(a miss marked ✗): figures on a shared machine move from one minute to the next, and a claim
+that a target holds wants more than one round.
 """
 
 from __future__ import annotations
@@ -114,6 +115,29 @@ def table_of(rounds: list[Figures]) -> Table:
         if len(rows) < len(rounds):  # a peer that ran in some rounds only
             shown += f" ({len(rows)} of {len(rounds)} rounds)"
         table.add_row(name, shown, first.target, verdict)
+    return table
+
+
+def rounds_of(rounds: list[Figures]) -> Table:
+    """Several rounds' figures side by side, a column a round, a value that missed its target
+    marked ✗: which rounds missed, and what else moved with them (a peer's own speed, the
+    floor's), where :func:`table_of` gives only each figure's range."""
+    table = Table("figure", *(f"round {number}" for number in range(1, len(rounds) + 1)))
+    names: dict[str, dict[int, Figure]] = {}
+    for number, figures in enumerate(rounds):
+        for figure in figures.rows:
+            names.setdefault(figure.name, {})[number] = figure
+    for name, rows in names.items():
+        if all(figure.value is None for figure in rows.values()):
+            continue  # a note (a peer that is not installed): the range table shows it
+        cells = []
+        for number in range(len(rounds)):
+            row = rows.get(number)
+            if row is None or row.value is None:
+                cells.append("—")
+                continue
+            cells.append(row.shown(row.value) + row.unit + (" ✗" if row.ok is False else ""))
+        table.add_row(name, *cells)
     return table
 
 
@@ -328,6 +352,8 @@ async def main() -> None:
             console.print(f"[dim]round {number} of {args.repeat}[/]")
             rounds.append(await asyncio.to_thread(measure_apart, args.runs, args.dir))
     console.print(table_of(rounds))
+    if len(rounds) > 1:
+        console.print(rounds_of(rounds))
     console.print(
         f"[dim]Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
         f"{os.cpu_count()} CPUs[/]"

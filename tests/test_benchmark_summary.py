@@ -58,3 +58,24 @@ def test_rounds_together_give_each_figures_range_and_how_many_rounds_met_it() ->
     assert "19,577 to 19,956" in _line(text, "rate") and "PASS" in _line(text, "rate")
     assert "not installed" in _line(text, "DBOS")
     assert "1.50x (1 of 3 rounds)" in _line(text, "LangGraph")
+
+
+def test_rounds_side_by_side_show_each_rounds_value_and_mark_its_misses() -> None:
+    rounds = []
+    for safe, peer in ((2.96, 1_283.0), (3.09, 2_179.5)):
+        figures = summary.Figures()
+        figures.add("safe", safe, "x", target="≤ 3x")
+        figures.add("LangGraph step", peer, " µs/step", ".1f")
+        figures.note("DBOS", "not installed")
+        rounds.append(figures)
+    rounds[1].add("late", 1.0, "x")  # measured in the second round only
+    console = Console(width=200, record=True)
+    console.print(summary.rounds_of(rounds))
+    text = console.export_text()
+    assert "round 1" in text and "round 2" in text and "round 3" not in text
+    line = _line(text, "safe")
+    assert "2.96x" in line and "3.09x ✗" in line and "2.96x ✗" not in line
+    assert "1283.0 µs/step" in _line(text, "LangGraph step")
+    assert "✗" not in _line(text, "LangGraph step")  # no target: nothing to miss
+    assert "—" in _line(text, "late")
+    assert "DBOS" not in text  # a note has no value a round: the range table shows it
