@@ -588,6 +588,14 @@ def test_the_cli_reads_databases_whose_names_look_like_uri_syntax(
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.parametrize("value", [0, -1, None, True, 2.5, "3"])
+def test_limits_max_interruptions_is_validated(value: object) -> None:
+    with pytest.raises(
+        stead.ValidationError, match=r"Limits\.max_interruptions must be a positive"
+    ):
+        stead.Limits(max_interruptions=value)  # type: ignore[arg-type]
+
+
 @pytest.mark.skipif(shutil.which("true") is None, reason="POSIX only")
 def test_tool_max_attempts_is_validated() -> None:
     with pytest.raises(stead.ValidationError, match="max_attempts"):

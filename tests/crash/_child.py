@@ -220,9 +220,13 @@ def store_of(db: str, schema: str | None, *, fsync: str = "barriers") -> Any:
     return stead.SqliteStore(db, fsync=fsync)  # type: ignore[arg-type]
 
 
-async def _open(app: stead.App, store: Any) -> stead.Runtime:
-    """Open without resuming (on PostgreSQL, a killed worker's runs wait for its lease)."""
-    return await app.open(store, resume=False)
+async def _open(app: stead.App, store: Any, scenario: str) -> stead.Runtime:
+    """Open without resuming (on PostgreSQL, a killed worker's runs wait for its lease). The
+    kill harness may kill a run several launches in a row before it commits anything new: its
+    limit of such interruptions is set above what the harness can reach, as its attempt
+    limits are (see ``build_app``)."""
+    limits = stead.Limits(max_interruptions=50) if scenario == "multi" else None
+    return await app.open(store, resume=False, limits=limits)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -238,7 +242,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         boundary, _, key = args.crash.partition("@")
         crash_at(boundary, key or "*")
     store = store_of(args.db, args.schema, fsync=args.fsync)
-    async with await _open(app, store) as runtime:
+    async with await _open(app, store, args.scenario) as runtime:
         print("ready", flush=True)
         handle = await runtime.submit(
             AGENT_ID, session_id=args.session, request_id=args.request, prompt=PROMPT

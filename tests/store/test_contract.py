@@ -145,6 +145,49 @@ async def test_an_unregistered_definition_needs_attention(journal: Journal) -> N
     assert run.status is RunStatus.NEEDS_ATTENTION and "not registered" in run.error["reason"]
 
 
+async def _interruptions(journal: Journal) -> tuple[int, int | None]:
+    return await journal.read(lambda tx: tx.interruptions("run-1"))  # type: ignore[no-any-return]
+
+
+async def test_executions_interrupted_in_a_row_with_nothing_committed_need_attention(
+    journal: Journal,
+) -> None:
+    """A run begun again while ``running`` resumes an interrupted execution: counted, and at
+    the limit sent to needs_attention. Anything the journal gained in between (an intent, a
+    result) starts the count again, and so does a retry."""
+    await journal.submit("run-1", "s")
+    begin = functools.partial(journal.do, transitions.begin, run_id="run-1", registered=_registered)
+    assert await begin() is not None  # the first execution: nothing to count
+    assert await _interruptions(journal) == (0, None)
+    assert await begin() is not None  # it was interrupted
+    assert (await _interruptions(journal))[0] == 1
+    await _started(journal, "tool:1:c1", recovery="safe")  # the second one wrote an intent
+    assert await begin() is not None
+    assert (await _interruptions(journal))[0] == 1  # counted afresh
+    assert await begin() is not None  # nothing new since
+    assert (await _interruptions(journal))[0] == 2
+    events = await journal.read(lambda tx: tx.events_after("run-1", 0, 100))
+    assert events[-1].data["resumed"] is True
+    assert await begin() is None  # the third in a row: not executed again
+    run = await journal.read(lambda tx: tx.get_run("run-1"))
+    assert run.status is RunStatus.NEEDS_ATTENTION and run.error_kind == "interrupted"
+    assert "interrupted 3 times in a row" in run.error["reason"]
+    assert "max_interruptions" in run.error["reason"]
+    assert run.attention_key is None
+
+    await journal.do(transitions.retry, run_id="run-1")
+    assert await _interruptions(journal) == (0, None)
+    assert await begin() is not None  # after a retry the run executes again
+    assert await begin() is not None
+    assert await begin() is not None
+    assert await begin() is None  # and has its three again
+    bounded = functools.partial(begin, max_interruptions=10)
+    await journal.do(transitions.retry, run_id="run-1")
+    for _ in range(10):
+        assert await bounded() is not None
+    assert await bounded() is None
+
+
 async def test_a_due_retry_wait_is_runnable_and_sets_the_next_wakeup(journal: Journal) -> None:
     await journal.submit("run-1", "s")
     await journal.do(transitions.begin, run_id="run-1", registered=_registered)

@@ -118,8 +118,8 @@ async def test_workers_opening_one_schema_at_once_migrate_it_once_and_all_run(
 @needs_postgres
 async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str) -> None:
     """Version 5 drops the indexes of the sequences operation rows announce their events with
-    (sequences come from the counter): an older schema is migrated, and a run's events still
-    read back in order, gap-free."""
+    (sequences come from the counter), version 6 adds a run's interruptions: an older schema is
+    migrated, and a run's events still read back in order, gap-free."""
     from stead.store.migrate import migrations
     from stead.store.postgres.store import SCHEMA_VERSION
     from stead.testing import ScriptedModel
@@ -165,7 +165,7 @@ async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str)
         ]
     finally:
         conn.close()
-    assert version == SCHEMA_VERSION == 5
+    assert version == SCHEMA_VERSION == 6  # 6: a run's interruptions in a row, counted
     assert not {"stead_operations_started_seq", "stead_operations_completed_seq"} & indexes
     assert sequences == list(range(1, len(sequences) + 1))
 

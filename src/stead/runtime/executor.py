@@ -65,6 +65,7 @@ class Executor:
             registered=lambda run: registry.definition(run) is not None,
             migration=registry.migration,
             fresh=fresh,
+            max_interruptions=self._limits.max_interruptions,
         )
 
     async def execute(self, claim: Claim, begun: transitions.Begun | None = None) -> bool:

@@ -147,6 +147,7 @@ def retry(tx: Tx, run_id: str) -> None:
     if run.attention_key is not None:
         tx.order_rerun(run_id, run.attention_key)
     tx.reset_attempts(run_id)
+    tx.update_run(run_id, interruptions=0, interruption_mark=None)  # a fresh count too
     _pending(tx, run_id, retried=True)
 
 

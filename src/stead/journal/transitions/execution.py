@@ -54,13 +54,16 @@ def begin(
     migration: Callable[[Run], tuple[str, JSON] | None] | None = None,
     *,
     fresh: bool = False,
+    max_interruptions: int = 3,
 ) -> Begun | None:
     """Claim a runnable run for execution (``running``) and read its journal; ``None`` if it
     is not runnable. A run whose definition is not ``registered`` is re-pinned to the version
     and input ``migration`` gives it (a task's ``migrate``), or else goes to needs_attention
     (with the reason a migration refused it). ``fresh``: this transaction inserted the run and
     wrote nothing else of it (a submission, not a fork, which copies operations), so the run
-    is what it wrote (not read), and it has no operations or interactions to read."""
+    is what it wrote (not read), and it has no operations or interactions to read. A run whose
+    last ``max_interruptions`` executions were interrupted with nothing new committed in
+    between goes to needs_attention (:func:`_counted`)."""
     current, previous = tx.run_to_begin(run_id, fresh)
     if current is None:
         return None
@@ -93,6 +96,16 @@ def begin(
             return None
         migrated_from = current.version
         fields["version"], fields["input"] = moved
+    resumed = current.status == RunStatus.RUNNING  # its last execution was interrupted
+    operations: list[Operation] = []
+    interactions: list[Interaction] = []
+    if not fresh:
+        operations, interactions = tx.run_journal(run_id)
+    counted: dict[str, int] = {}  # not a field of the Run record (see _as_updated)
+    if resumed:
+        counted = _counted(tx, run_id, operations, interactions, max_interruptions)
+        if not counted:
+            return None
     if current.started_at is None:
         fields["started_at"] = tx.now()
     if current.history_length is None and current.kind != "agent":
@@ -105,25 +118,64 @@ def begin(
             source = previous_id if length else None
         fields["history_head"], fields["history_length"] = head, length
         fields["history_run"] = source
-    tx.update_run(run_id, **fields)
+    tx.update_run(run_id, **fields, **counted)
     tx.append_event(
         run_id,
         StatusChanged(
             status="running",
-            resumed=current.status == RunStatus.RUNNING,
+            resumed=resumed,
             migrated_from=migrated_from,
         ),
     )
-    operations: list[Operation] = []
-    interactions: list[Interaction] = []
-    if not fresh:
-        operations, interactions = tx.run_journal(run_id)
     # Not read back: this transaction read the run and changed it by ``fields`` alone (a
     # migration's input is read back, as the journal holds it).
     run = _as_updated(current, fields, tx.now()) if migrated_from is None else tx.get_run(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)
+
+
+def _counted(
+    tx: Tx,
+    run_id: str,
+    operations: list[Operation],
+    interactions: list[Interaction],
+    limit: int,
+) -> dict[str, int]:
+    """An execution begins where the last one was interrupted: the run's interruptions in a
+    row counted with it (the fields to write), or, at ``limit``, the run sent to
+    needs_attention (nothing returned). An operation's intent stops an operation that keeps
+    killing the process (its attempts); this stops what no intent records: a crash in the
+    definition's own code between operations, in replaying the journal, or in a ``safe``
+    operation that ends the process before its intent is written."""
+    count, mark = tx.interruptions(run_id)
+    now = _journal_mark(operations, interactions)
+    count = count + 1 if mark == now else 1
+    if count >= limit:
+        stop(
+            tx,
+            run_id,
+            RunStatus.NEEDS_ATTENTION,
+            f"run {run_id} was interrupted {count} times in a row with nothing new committed "
+            "in between (its process died, or it lost the run, while executing it): something "
+            "kills the process outside any operation's intent — the definition's own code, "
+            "replaying its journal, or a safe operation that ends the process before its "
+            "intent is written. Find the cause in the worker's log, then retry() (or raise "
+            "stead.Limits(max_interruptions=...))",
+            None,
+            kind="interrupted",
+        )
+        return {}
+    return {"interruptions": count, "interruption_mark": now}
+
+
+def _journal_mark(operations: list[Operation], interactions: list[Interaction]) -> int:
+    """A number that changes with every write an execution makes to its run's journal: an
+    operation's intent (a new one, or another attempt of one), its result, an interaction."""
+    mark = len(interactions)
+    for op in operations:
+        mark += op.attempts + (op.status == "completed")
+    return mark
 
 
 def _as_updated(run: Run, fields: dict[str, object], now: datetime) -> Run:

@@ -394,7 +394,10 @@ class PostgresStore:
 
     def _release(self, tx: PostgresTx, *, claims: list[Claim]) -> None:
         tx.execute(
-            "UPDATE stead_runs AS s SET claimed_by = NULL, lease_until = NULL "
+            # Given back in good order, not interrupted: the count of executions interrupted in
+            # a row starts again (transitions.begin).
+            "UPDATE stead_runs AS s SET claimed_by = NULL, lease_until = NULL, "
+            "interruptions = 0 "
             "FROM unnest(?::text[], ?::bigint[]) AS c(id, epoch) "
             "WHERE s.id = c.id AND s.claim_epoch = c.epoch",
             ([c.run_id for c in claims], [c.epoch for c in claims]),

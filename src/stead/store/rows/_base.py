@@ -123,6 +123,8 @@ UPDATABLE_RUN_FIELDS = frozenset(
         "error_kind",
         "version",  # a task run taken over by a newer version's migrate
         "input",
+        "interruptions",  # executions interrupted in a row with nothing new committed
+        "interruption_mark",
     }
 )
 JSON_RUN_FIELDS = frozenset({"outcome", "error", "usage", "input"})

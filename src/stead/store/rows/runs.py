@@ -235,6 +235,23 @@ class RunRows(SqlBase):
             f"UPDATE stead_runs SET {', '.join(assignments)}{released} WHERE id = ?", values
         )
 
+    def interruptions(self, run_id: str) -> tuple[int, int | None]:
+        """How many executions of the run in a row were interrupted with nothing new
+        committed, and the mark of its journal when the last of them began (read only when an
+        execution begins where another was interrupted)."""
+        row = self.execute(
+            "SELECT interruptions, interruption_mark FROM stead_runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        return (0, None) if row is None else (int(row[0]), row[1])
+
+    def given_back(self, run_ids: Sequence[str]) -> None:
+        """Runs stopped in good order while ``running`` (their runtime closed or drained): their
+        count of executions interrupted in a row starts again."""
+        self.executemany(
+            "UPDATE stead_runs SET interruptions = 0 WHERE id = ? AND status = 'running'",
+            [(run_id,) for run_id in run_ids],
+        )
+
     def claim_released(self, run_id: str, status: str) -> None:
         """Called when an update drops the run's claim, the run going to ``status`` (a store
         with claims keeps track)."""
