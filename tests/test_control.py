@@ -382,3 +382,29 @@ async def test_drain_lets_the_operation_in_progress_finish_and_hands_the_run_bac
     async with await app.open(open_store(db)) as again:
         assert (await again.get_run(run.id).result(timeout=10)).output == "two steps"
     assert ran == [1, 2]
+
+
+async def test_a_run_given_back_in_good_order_is_not_counted_as_interrupted(db: object) -> None:
+    """A runtime that closes while a run executes gives the run back in good order: however
+    often that happens before the run commits anything new (here a ``safe`` tool whose intent
+    is still held back when the runtime closes), the run is not sent to needs_attention as
+    one whose executions keep being interrupted."""
+    started = asyncio.Event()
+
+    @stead.tool(recovery="safe")
+    async def wait() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel([[stead.ToolCall(name="wait", arguments={}, id="c")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[wait])])
+    run_id = None
+    for _ in range(stead.Limits().max_interruptions + 2):
+        started.clear()
+        async with await app.open(open_store(db)) as runtime:
+            if run_id is None:
+                run_id = (await runtime.submit("a", session_id="s", request_id="r", prompt="go")).id
+            await asyncio.wait_for(started.wait(), 10)  # closed while the tool runs
+        async with stead.Client(open_store(db)) as client:
+            assert (await client.get_run(run_id).status()) is stead.RunStatus.RUNNING

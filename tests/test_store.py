@@ -406,6 +406,70 @@ async def test_a_submitted_run_begins_without_reading_its_empty_journal(db: str)
     assert journal_reads == []
 
 
+async def test_each_safe_tool_call_of_runs_going_at_once_is_one_row(db: str) -> None:
+    """A safe call's intent is held back for its result, so it is written with it as one row:
+    queued at once, it committed with the commit of another run that came by while the tool
+    ran on its thread, and the result then updated the row (two writes for one call)."""
+
+    @stead.tool(recovery="safe")
+    def lookup(i: int) -> dict[str, int]:
+        return {"i": i}
+
+    script: list[Any] = [[stead.ToolCall(name="lookup", arguments={"i": n})] for n in range(3)]
+    app = stead.App(
+        agents=[
+            stead.Agent(id="a", version="1", model=ScriptedModel([*script, "done"]), tools=[lookup])
+        ]
+    )
+    store = stead.SqliteStore(db)
+    statements: list[str] = []
+    async with await app.open(store, max_concurrent_runs=50) as runtime:
+        store._conn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        runs = await asyncio.gather(
+            *(
+                runtime.submit("a", session_id=f"s{i}", request_id="r", prompt="go")
+                for i in range(50)
+            )
+        )
+        for run in runs:
+            assert (await run.result(timeout=30)).output == "done"
+        store._conn.set_trace_callback(None)  # type: ignore[union-attr]
+    tool_rows = [
+        s for s in statements if s.startswith("INSERT INTO stead_operations") and "'tool:" in s
+    ]
+    assert len(tool_rows) == 150
+    assert all("'tool', 'completed'" in s for s in tool_rows)
+    assert not [s for s in statements if s.startswith("UPDATE stead_operations") and "'tool:" in s]
+
+
+async def test_a_safe_call_stopped_within_its_hold_leaves_no_intent(db: str) -> None:
+    """A safe call that ends without a result before its intent was written (its run was
+    cancelled) writes none: as if it had not started, which for safe work is what a crash
+    would leave too."""
+    started = asyncio.Event()
+
+    @stead.tool(recovery="safe")
+    async def wait() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    model = ScriptedModel([[stead.ToolCall(name="wait", arguments={}, id="c")], "done"])
+    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[wait])])
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        await asyncio.wait_for(started.wait(), 10)
+        await run.cancel()
+        await asyncio.sleep(0.1)  # past the hold: a timer left behind would have written it
+    conn = sqlite3.connect(db)
+    try:
+        keys = conn.execute("SELECT key FROM stead_operations WHERE run_id = ?", (run.id,))
+        status = conn.execute("SELECT status FROM stead_runs WHERE id = ?", (run.id,))
+        assert ([row[0] for row in keys], status.fetchone()[0]) == (["model:1"], "cancelled")
+    finally:
+        conn.close()
+
+
 async def test_storage_grows_linearly_with_a_conversation(tmp_path: object) -> None:
     """Each message is stored once: 100 turns cost about twice 50 turns, and the file stays
     within a small factor of the unique content (benchmarks/scale.py prints the ratio)."""

@@ -15,7 +15,9 @@ The child opens the store (without resuming), prints ``ready``, submits with fix
 waits until the run is terminal or ``needs_attention``, prints one JSON line describing the
 outcome and exits 0. Scenarios crash it with ``stead.testing.crash_at`` (``--crash``) or by the
 model killing its own process (``--kill-model-turn``: 0.2 s into the call, as if the provider
-were still answering; ``--kill-model-turn-now``: the moment the call starts).
+were still answering; ``--kill-model-turn-now``: the moment the call starts), or by the tool
+killing it (``--kill-tool-after SECONDS``: that long after it recorded its effect, as a tool
+that crashes the process would).
 
 Scenarios:
 
@@ -81,6 +83,7 @@ def build_app(
     policy: str = "manual",
     kill_model_turn: int | None = None,
     kill_model_turn_now: int | None = None,
+    kill_tool_after: float | None = None,
 ) -> stead.App:
     """The application of ``scenario``; the test process builds the same one to reopen a store."""
 
@@ -108,6 +111,9 @@ def build_app(
                     "pid": os.getpid(),
                 },
             )
+            if kill_tool_after is not None:
+                await asyncio.sleep(kill_tool_after)  # the loop goes on meanwhile
+                kill_self()
             return {"item": item, "receipt": f"receipt-{item}"}
 
         def answer(request: stead.ModelRequest) -> Any:
@@ -237,6 +243,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         policy=args.policy,
         kill_model_turn=args.kill_model_turn,
         kill_model_turn_now=args.kill_model_turn_now,
+        kill_tool_after=args.kill_tool_after,
     )
     if args.crash:
         boundary, _, key = args.crash.partition("@")
@@ -261,6 +268,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--crash", help="BOUNDARY@KEYGLOB, e.g. effect_done@tool:1:*")
     parser.add_argument("--kill-model-turn", type=int, help="die 0.2 s into this model call")
     parser.add_argument("--kill-model-turn-now", type=int, help="die as this model call starts")
+    parser.add_argument(
+        "--kill-tool-after", type=float, help="the tool dies this long after its effect"
+    )
     parser.add_argument("--fsync", default="barriers", choices=["barriers", "always"])
     parser.add_argument("--schema", default="stead", help="with a postgresql:// db")
     parser.add_argument("--session", default="session-1")

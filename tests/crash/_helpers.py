@@ -244,9 +244,9 @@ def check_ledger_against_journal(db: Path | PgJournal, effects: list[dict[str, A
     * every effect of an ``idempotent`` or ``manual`` tool belongs to an operation the journal
       knows, and ran at most once per recorded attempt (so twice only if the operation's
       ``attempts`` > 1): its intent is committed before it runs;
-    * a ``safe`` tool's intent is pipelined (DESIGN §3: safe work may be done again), so a kill
-      can land after its effect and before its intent commits: its effects are not bounded by
-      its recorded attempts;
+    * a ``safe`` tool's intent is held back to be written with its result (DESIGN §3: safe
+      work may be done again), so a kill can land after its effect and before its intent
+      commits: its effects are not bounded by its recorded attempts;
     * every completed tool operation that was not resolved by a person has its effect in the
       ledger.
     """

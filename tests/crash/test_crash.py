@@ -109,6 +109,34 @@ def test_kill_inside_second_model_call(world: World, policy: str) -> None:
     check_ledger_against_journal(world.db, world.effects())
 
 
+def test_a_safe_tool_that_kills_its_process_within_its_intents_hold_does_not_loop(
+    world: World,
+) -> None:
+    """A ``safe`` tool's intent is held back for a while, to be written with its result (see
+    ``RunContext``); a tool that kills the process within that while leaves no attempt of its
+    own to count, after its model call's result was committed (the writers commit what waits
+    for company within milliseconds), so every start would replay the model call and die in
+    the tool again. The run counts its executions interrupted in a row with nothing new
+    committed: the fourth start finds three and sends the run to needs_attention instead."""
+    from stead.runtime.context import INTENT_HOLD
+
+    after = INTENT_HOLD / 2
+    for launch in range(3):
+        run_killed(world, "one_tool", "--policy", "safe", "--kill-tool-after", str(after))
+        assert len(world.effects()) == launch + 1
+    run_id = only_run_id(world)
+    assert TOOL_KEY not in operations(world.db, run_id)  # no intent: nothing counted there
+    assert op_by_key(world.db, run_id, "model:1").status == "completed"
+    outcome = run_finished(world, "one_tool", "--policy", "safe", "--kill-tool-after", str(after))
+    assert outcome["run_id"] == run_id
+    assert outcome["status"] == "needs_attention"
+    assert outcome["error"]["kind"] == "interrupted"
+    assert "interrupted 3 times in a row" in outcome["error"]["reason"]
+    assert len(world.effects()) == 3  # not run a fourth time
+    assert world.model_turns() == [1]  # its model call was committed once and replayed
+    check_store(world.db)
+
+
 def test_model_request_sent_is_journaled_before_a_kill(world: World) -> None:
     """A model request that went out is an attempt the journal must know about.
 
