@@ -10,6 +10,7 @@ import stead
 from stead.testing import FakeClock, FunctionModel, ScriptedModel
 
 from ._journal import open_store
+from .conftest import paused_app
 
 
 @pytest.fixture
@@ -390,15 +391,7 @@ async def test_a_run_given_back_in_good_order_is_not_counted_as_interrupted(db: 
     is still held back when the runtime closes), the run is not sent to needs_attention as
     one whose executions keep being interrupted."""
     started = asyncio.Event()
-
-    @stead.tool(recovery="safe")
-    async def wait() -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    model = ScriptedModel([[stead.ToolCall(name="wait", arguments={}, id="c")], "done"])
-    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[wait])])
+    app = paused_app(started, asyncio.Event())  # its tool never ends
     run_id = None
     for _ in range(stead.Limits().max_interruptions + 2):
         started.clear()

@@ -22,6 +22,7 @@ from stead.store.sqlite import SCHEMA_VERSION
 from stead.testing import ScriptedModel
 
 from ._journal import journal_events, submission
+from .conftest import paused_app
 
 
 def _app(turns: list[object] | None = None) -> stead.App:
@@ -447,15 +448,7 @@ async def test_a_safe_call_stopped_within_its_hold_leaves_no_intent(db: str) -> 
     cancelled) writes none: as if it had not started, which for safe work is what a crash
     would leave too."""
     started = asyncio.Event()
-
-    @stead.tool(recovery="safe")
-    async def wait() -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    model = ScriptedModel([[stead.ToolCall(name="wait", arguments={}, id="c")], "done"])
-    app = stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[wait])])
+    app = paused_app(started, asyncio.Event())  # its tool never ends
     async with await app.open(stead.SqliteStore(db)) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await asyncio.wait_for(started.wait(), 10)
