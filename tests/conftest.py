@@ -76,6 +76,17 @@ def paused_app(entered: asyncio.Event, gate: asyncio.Event) -> stead.App:
     return stead.App(agents=[stead.Agent(id="a", version="1", model=model, tools=[pause])])
 
 
+async def until_tool_intent_written(run: stead.RunHandle) -> None:
+    """Wait until the intent of a :func:`paused_app` run's tool is written: a ``safe`` call's
+    intent is held back for a while (``stead.runtime.context.INTENT_HOLD``), and its commit
+    comes that long after the tool started. A test that counts transactions waits it out."""
+    for _ in range(1000):
+        if any(op.key.startswith("tool:") for op in (await run.snapshot()).operations):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the intent of run {run.id}'s tool was never written")
+
+
 def counted_outcome_reads(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
     """The run ids ``module._read_outcome`` reads a run's end for, from now on."""
     reads: list[str] = []

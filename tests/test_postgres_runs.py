@@ -22,7 +22,7 @@ import stead
 from stead.testing import FunctionModel, ScriptedModel
 
 from ._journal import submission
-from .conftest import counted_outcome_reads, paused_app
+from .conftest import counted_outcome_reads, paused_app, until_tool_intent_written
 
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
@@ -328,6 +328,7 @@ async def _paused_run(store: Any) -> AsyncIterator[tuple[Any, asyncio.Event, Any
     async with await paused_app(entered, gate).open(store) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         await asyncio.wait_for(entered.wait(), 10)
+        await until_tool_intent_written(run)  # its commit comes a while after the tool starts
         await asyncio.sleep(0.1)
         conn = store.connect()
         try:
@@ -734,6 +735,9 @@ async def test_a_runs_end_and_the_claim_it_calls_for_share_one_transaction(
     async with await paused_app(entered, gate).open(store, max_concurrent_runs=1) as runtime:
         first = await runtime.submit("a", session_id="s", request_id="r1", prompt="go")
         await asyncio.wait_for(entered.wait(), 10)
+        # The tool's intent commits INTENT_HOLD after it started, and the look its commit
+        # wakes could otherwise share a batch with the run's end.
+        await until_tool_intent_written(first)
         second = await runtime.submit(
             "a", session_id="s", request_id="r2", prompt="go", enqueue=True
         )
