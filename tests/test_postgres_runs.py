@@ -436,7 +436,10 @@ async def test_a_batch_rolled_back_to_break_a_deadlock_is_written_again(schema: 
         )
         command.execute("COMMIT")
         assert await asyncio.wait_for(written, 30) >= 1
-        assert attempts == [1, 2]
+        # Rolled back at least once and written again until it went through: on a busy
+        # machine the writer's second attempt can take the counter before the command does,
+        # and the server breaks that deadlock too.
+        assert len(attempts) >= 2 and attempts == list(range(1, len(attempts) + 1))
         (stamp,) = watcher.execute(
             "SELECT updated_at FROM stead_runs WHERE id = 'run-1'"
         ).fetchone()

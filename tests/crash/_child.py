@@ -17,7 +17,8 @@ outcome and exits 0. Scenarios crash it with ``stead.testing.crash_at`` (``--cra
 model killing its own process (``--kill-model-turn``: 0.2 s into the call, as if the provider
 were still answering; ``--kill-model-turn-now``: the moment the call starts), or by the tool
 killing it (``--kill-tool-after SECONDS``: that long after it recorded its effect, as a tool
-that crashes the process would).
+that crashes the process would). ``--intent-hold SECONDS`` holds a ``safe`` call's intent back
+that long (``stead.runtime.context.INTENT_HOLD``).
 
 Scenarios:
 
@@ -248,6 +249,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if args.crash:
         boundary, _, key = args.crash.partition("@")
         crash_at(boundary, key or "*")
+    if args.intent_hold is not None:
+        from stead.runtime import context
+
+        context.INTENT_HOLD = args.intent_hold
     store = store_of(args.db, args.schema, fsync=args.fsync)
     async with await _open(app, store, args.scenario) as runtime:
         print("ready", flush=True)
@@ -271,6 +276,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--kill-tool-after", type=float, help="the tool dies this long after its effect"
     )
+    parser.add_argument("--intent-hold", type=float, help="a safe call's intent held this long")
     parser.add_argument("--fsync", default="barriers", choices=["barriers", "always"])
     parser.add_argument("--schema", default="stead", help="with a postgresql:// db")
     parser.add_argument("--session", default="session-1")

@@ -113,21 +113,21 @@ def test_a_safe_tool_that_kills_its_process_within_its_intents_hold_does_not_loo
     world: World,
 ) -> None:
     """A ``safe`` tool's intent is held back for a while, to be written with its result (see
-    ``RunContext``); a tool that kills the process within that while leaves no attempt of its
-    own to count, after its model call's result was committed (the writers commit what waits
-    for company within milliseconds), so every start would replay the model call and die in
-    the tool again. The run counts its executions interrupted in a row with nothing new
-    committed: the fourth start finds three and sends the run to needs_attention instead."""
-    from stead.runtime.context import INTENT_HOLD
-
-    after = INTENT_HOLD / 2
+    ``RunContext._hold``); a tool that kills the process within that while leaves no attempt
+    of its own to count, after its model call's result was committed (the writers commit what
+    waits for company within milliseconds), so every start would replay the model call and die
+    in the tool again. The run counts its executions interrupted in a row with nothing new
+    committed: the fourth start finds three and sends the run to needs_attention instead. (The
+    hold is set to 5 s here and the tool dies 0.5 s in, so that neither a slow disk nor a busy
+    machine decides which comes first.)"""
+    options = ("--policy", "safe", "--intent-hold", "5", "--kill-tool-after", "0.5")
     for launch in range(3):
-        run_killed(world, "one_tool", "--policy", "safe", "--kill-tool-after", str(after))
+        run_killed(world, "one_tool", *options)
         assert len(world.effects()) == launch + 1
     run_id = only_run_id(world)
     assert TOOL_KEY not in operations(world.db, run_id)  # no intent: nothing counted there
     assert op_by_key(world.db, run_id, "model:1").status == "completed"
-    outcome = run_finished(world, "one_tool", "--policy", "safe", "--kill-tool-after", str(after))
+    outcome = run_finished(world, "one_tool", *options)
     assert outcome["run_id"] == run_id
     assert outcome["status"] == "needs_attention"
     assert outcome["error"]["kind"] == "interrupted"
