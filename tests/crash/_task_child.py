@@ -29,6 +29,9 @@ Scenarios:
 ``signal``
     task ``await_go``: step ``before``, ``ctx.wait_for_signal("go")``, step ``after``; returns
     ``{"got": <the signal's value>}``.
+``brittle``
+    task ``brittle``: step ``before``, then its own code kills the process half a second later
+    (between operations, as a crash in a definition's code would), at every execution.
 """
 
 from __future__ import annotations
@@ -45,14 +48,14 @@ from typing import Any
 from _child import report_of, store_of  # this script's folder is on sys.path when it runs
 
 import stead
-from stead.testing import crash_at
+from stead.testing import crash_at, kill_self
 
 SESSION = "task-session"
 REQUEST = "task-request"
 ORDER = "o-17"
 #: The task each scenario submits, and its input.
-TASKS = {"effect": "checkout", "timer": "nap", "signal": "await_go"}
-INPUTS: dict[str, Any] = {"effect": ORDER, "timer": None, "signal": None}
+TASKS = {"effect": "checkout", "timer": "nap", "signal": "await_go", "brittle": "brittle"}
+INPUTS: dict[str, Any] = {"effect": ORDER, "timer": None, "signal": None, "brittle": None}
 
 
 def append_line(path: str, record: dict[str, Any]) -> None:
@@ -130,6 +133,21 @@ def build_app(
             return {"got": value}
 
         return stead.App(tasks=[await_go])
+
+    if scenario == "brittle":
+
+        def before(operation_id: str) -> str:
+            record("before", operation_id)
+            return "done"
+
+        @stead.task(name="brittle")
+        async def brittle(ctx: stead.TaskContext) -> str:
+            await ctx.step("before", before)
+            await asyncio.sleep(0.5)  # the step's result is committed meanwhile
+            kill_self()  # the task's own code, outside any operation
+            return "never"
+
+        return stead.App(tasks=[brittle])
 
     raise SystemExit(f"unknown scenario {scenario!r}")
 

@@ -506,3 +506,24 @@ async def test_signal_delivered_before_the_wait(world: World) -> None:
         entry("after", run_id, relaunched.pid, value=7),
     ]
     check_journal(world)
+
+
+# -- a crash in a task's own code ------------------------------------------------------------
+
+
+def test_a_task_whose_own_code_kills_the_process_does_not_loop(world: World) -> None:
+    """A task whose code kills the process between its operations leaves no intent to count
+    attempts by (its step completed; nothing was in flight): every start would replay the
+    step and die again. The run counts its executions cut off with nothing new committed: the
+    fourth start finds three and sends it to needs_attention instead of executing it again."""
+    for _ in range(3):
+        run_killed(world, "brittle")
+    run_id = only_run_id(world)
+    assert op_by_key(world.db, run_id, "before").status == "completed"
+    _, outcome = run_finished(world, "brittle")
+    assert outcome["run_id"] == run_id
+    assert outcome["status"] == "needs_attention"
+    assert outcome["error"]["kind"] == "interrupted"
+    assert "interrupted 3 times in a row" in outcome["error"]["reason"]
+    assert [line["what"] for line in world.effects()] == ["before"]  # replayed, not run again
+    check_journal(world)
