@@ -385,11 +385,16 @@ async def test_drain_lets_the_operation_in_progress_finish_and_hands_the_run_bac
     assert ran == [1, 2]
 
 
-async def test_a_run_given_back_in_good_order_is_not_counted_as_interrupted(db: object) -> None:
+async def test_a_run_given_back_in_good_order_is_not_counted_as_interrupted(
+    db: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A runtime that closes while a run executes gives the run back in good order: however
     often that happens before the run commits anything new (here a ``safe`` tool whose intent
-    is still held back when the runtime closes), the run is not sent to needs_attention as
-    one whose executions keep being interrupted."""
+    is still held back when the runtime closes: the hold is raised to 5 s), the run is not sent
+    to needs_attention as one whose executions keep being interrupted."""
+    from stead.runtime import context
+
+    monkeypatch.setattr(context, "INTENT_HOLD", 5.0)
     started = asyncio.Event()
     app = paused_app(started, asyncio.Event())  # its tool never ends
     run_id = None
