@@ -103,9 +103,10 @@ def begin(
         operations, interactions = tx.run_journal(run_id)
     counted: dict[str, int] = {}  # not a field of the Run record (see _as_updated)
     if resumed:
-        counted = _counted(tx, run_id, operations, interactions, max_interruptions)
-        if not counted:
+        found = _counted(tx, run_id, operations, interactions, max_interruptions)
+        if found is None:
             return None
+        counted = found
     if current.started_at is None:
         fields["started_at"] = tx.now()
     if current.history_length is None and current.kind != "agent":
@@ -141,10 +142,10 @@ def _counted(
     operations: list[Operation],
     interactions: list[Interaction],
     limit: int,
-) -> dict[str, int]:
+) -> dict[str, int] | None:
     """An execution begins where the last one was interrupted: the run's interruptions in a
     row counted with it (the fields to write), or, at ``limit``, the run sent to
-    needs_attention (nothing returned). An operation's intent stops an operation that keeps
+    needs_attention (``None``). An operation's intent stops an operation that keeps
     killing the process (its attempts); this stops what no intent records: a crash in the
     definition's own code between operations, in replaying the journal, or in a ``safe``
     operation that ends the process before its intent is written."""
@@ -165,7 +166,7 @@ def _counted(
             None,
             kind="interrupted",
         )
-        return {}
+        return None
     return {"interruptions": count, "interruption_mark": now}
 
 
