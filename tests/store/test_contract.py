@@ -188,6 +188,32 @@ async def test_executions_interrupted_in_a_row_with_nothing_committed_need_atten
     assert await bounded() is None
 
 
+async def test_an_intent_given_up_for_an_approval_counts_as_progress(journal: Journal) -> None:
+    """A tool that asks for approval first gives its intent up for the interaction in one
+    transaction: the journal has one row fewer and one more, and an execution interrupted
+    after that still wrote something new."""
+    await journal.submit("run-1", "s")
+    begin = functools.partial(journal.do, transitions.begin, run_id="run-1", registered=_registered)
+    assert await begin() is not None
+    await _started(journal, "tool:1:c1")
+    assert await begin() is not None  # interrupted after writing an intent
+    assert (await _interruptions(journal))[0] == 1
+    await journal.do(
+        transitions.request_interaction,
+        run_id="run-1",
+        interaction_id="int_1",
+        key="approval:1:c1",
+        kind="approval",
+        tool="pay",
+        arguments={"amount": 5},
+        digest="d",
+        payload=None,
+        abandon="tool:1:c1",
+    )
+    assert await begin() is not None  # interrupted again, after the approval was asked for
+    assert (await _interruptions(journal))[0] == 1  # counted afresh: not 2
+
+
 async def test_a_due_retry_wait_is_runnable_and_sets_the_next_wakeup(journal: Journal) -> None:
     await journal.submit("run-1", "s")
     await journal.do(transitions.begin, run_id="run-1", registered=_registered)

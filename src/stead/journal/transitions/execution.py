@@ -171,9 +171,13 @@ def _counted(
 
 
 def _journal_mark(operations: list[Operation], interactions: list[Interaction]) -> int:
-    """A number that changes with every write an execution makes to its run's journal: an
-    operation's intent (a new one, or another attempt of one), its result, an interaction."""
-    mark = len(interactions)
+    """A number that grows with every write an execution makes to its run's journal: an
+    operation's intent (a new one, or another attempt of one), its result, an interaction
+    and its answer. An interaction counts two, so that one that replaces an intent (a tool
+    that asks for approval first gives its intent up) still moves the mark on."""
+    mark = 0
+    for interaction in interactions:
+        mark += 2 if interaction.status == "pending" else 3
     for op in operations:
         mark += op.attempts + (op.status == "completed")
     return mark
