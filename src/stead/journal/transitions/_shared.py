@@ -3,7 +3,7 @@ transition, and waking the parent of a run that ended."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..._json import JSON
 from ...errors import NotFoundError
@@ -28,8 +28,9 @@ def _run(tx: Tx, run_id: str) -> Run:
     return run
 
 
-def _pending(tx: Tx, run_id: str, **why: JSON) -> None:
-    """The run is ready to continue: the scheduler starts it when its session allows."""
+def _pending(tx: Tx, run_id: str, fields: Mapping[str, object] | None = None, **why: JSON) -> None:
+    """The run is ready to continue: the scheduler starts it when its session allows.
+    ``fields`` are more of the run's fields to write in the same update."""
     tx.update_run(
         run_id,
         status=RunStatus.PENDING,
@@ -38,6 +39,7 @@ def _pending(tx: Tx, run_id: str, **why: JSON) -> None:
         attention_key=None,
         finished_at=None,
         next_attempt_at=None,
+        **(fields or {}),
     )
     tx.append_event(run_id, StatusChanged(status="pending", **why))
 

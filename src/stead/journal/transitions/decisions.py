@@ -147,8 +147,8 @@ def retry(tx: Tx, run_id: str) -> None:
     if run.attention_key is not None:
         tx.order_rerun(run_id, run.attention_key)
     tx.reset_attempts(run_id)
-    tx.update_run(run_id, interruptions=0, interruption_mark=None)  # a fresh count too
-    _pending(tx, run_id, retried=True)
+    fresh_count = {"interruptions": 0, "interruption_mark": None}  # a fresh count too
+    _pending(tx, run_id, fresh_count, retried=True)
 
 
 def cancel(tx: Tx, run_id: str, reason: str | None) -> list[str]:
