@@ -515,15 +515,39 @@ def test_a_task_whose_own_code_kills_the_process_does_not_loop(world: World) -> 
     """A task whose code kills the process between its operations leaves no intent to count
     attempts by (its step completed; nothing was in flight): every start would replay the
     step and die again. The run counts its executions cut off with nothing new committed: the
-    fourth start finds three and sends it to needs_attention instead of executing it again."""
+    fourth start finds three and sends it to needs_attention instead of executing it again;
+    ``stead runs show`` shows the count before that."""
     for _ in range(3):
         run_killed(world, "brittle")
     run_id = only_run_id(world)
     assert op_by_key(world.db, run_id, "before").status == "completed"
+    shown = _runs_show(world, run_id)
+    assert "resumed 2 times in a row after a crash cut an execution off" in shown
+    assert json.loads(_runs_show(world, run_id, "--json"))["run"]["interruptions"] == 2
     _, outcome = run_finished(world, "brittle")
     assert outcome["run_id"] == run_id
     assert outcome["status"] == "needs_attention"
     assert outcome["error"]["kind"] == "interrupted"
     assert "interrupted 3 times in a row" in outcome["error"]["reason"]
     assert [line["what"] for line in world.effects()] == ["before"]  # replayed, not run again
+    assert json.loads(_runs_show(world, run_id, "--json"))["run"]["interruptions"] == 3
     check_journal(world)
+
+
+def _runs_show(world: World, run_id: str, *options: str) -> str:
+    """``stead runs show`` of ``run_id``, as an operator runs it."""
+    where = (
+        ["--db", str(world.db)]
+        if isinstance(world.db, Path)
+        else ["--db", world.db.url, "--schema", world.db.schema]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "stead", "runs", "show", run_id, *where, *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "300"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -159,8 +159,10 @@ async def test_executions_interrupted_in_a_row_with_nothing_committed_need_atten
     begin = functools.partial(journal.do, transitions.begin, run_id="run-1", registered=_registered)
     assert await begin() is not None  # the first execution: nothing to count
     assert await _interruptions(journal) == (0, None)
-    assert await begin() is not None  # it was interrupted
+    resumed = await begin()  # it was interrupted
+    assert resumed is not None and resumed.run.interruptions == 1  # as the journal has it
     assert (await _interruptions(journal))[0] == 1
+    assert (await journal.read(lambda tx: tx.get_run("run-1"))).interruptions == 1
     await _started(journal, "tool:1:c1", recovery="safe")  # the second one wrote an intent
     assert await begin() is not None
     assert (await _interruptions(journal))[0] == 1  # counted afresh
@@ -173,7 +175,7 @@ async def test_executions_interrupted_in_a_row_with_nothing_committed_need_atten
     assert run.status is RunStatus.NEEDS_ATTENTION and run.error_kind == "interrupted"
     assert "interrupted 3 times in a row" in run.error["reason"]
     assert "max_interruptions" in run.error["reason"]
-    assert run.attention_key is None
+    assert run.attention_key is None and run.interruptions == 3
 
     await journal.do(transitions.retry, run_id="run-1")
     assert await _interruptions(journal) == (0, None)

@@ -346,6 +346,19 @@ def _run_lines(run: Run, costs: Mapping[str, float | None], now: datetime) -> Te
     )
 
 
+def interrupted_text(count: int) -> Text:
+    """How often in a row the run's executions were cut off by a crash (its process died, or
+    its worker lost the run)."""
+    if count == 1:
+        return safe_text("resumed once after a crash cut an execution off")
+    return safe_text(
+        f"resumed {count} times in a row after a crash cut an execution off, with nothing new "
+        "committed in between; at the runtime's Limits(max_interruptions=) the run goes to "
+        "needs_attention: look in the worker's log for what kills the process",
+        style="yellow",
+    )
+
+
 def run_summary(run: Run) -> Text:
     """Who the run is, its status and why, its times, its output."""
     lines = [
@@ -369,6 +382,8 @@ def run_summary(run: Run) -> Text:
         lines.append(line("reason: ", safe_text(error["reason"])))
     if run.status == RunStatus.RETRY_WAIT and run.next_attempt_at is not None:
         lines.append(line("next attempt: ", local_time(run.next_attempt_at)))
+    if run.interruptions and not run.status.terminal and run.status != RunStatus.NEEDS_ATTENTION:
+        lines.append(line("interrupted: ", interrupted_text(run.interruptions)))
     if run.status in (RunStatus.PENDING, RunStatus.QUEUED) and run.kind == "graph":
         lines.append(
             line(

@@ -393,6 +393,7 @@ def tree_json(tree: RunTree) -> dict[str, Any]:
         "attention_key": run.attention_key,
         "reason": run_reason(run),
         "error_kind": run.error_kind,
+        "interruptions": run.interruptions,
         "output": run_output(run),
         "waiting_for": _waits_json(tree.operations),
         "pending_interactions": [i.interaction_id for i in tree.pending],

@@ -126,6 +126,11 @@ class Run:
     history_run: str | None = None
     #: The run that owns this one (a task's child run, a graph's node), if any.
     parent_id: str | None = None
+    #: Executions in a row cut off by a crash (the process died, or its worker lost the run)
+    #: with nothing new committed in between, the one that resumed the run last included; at
+    #: ``Limits.max_interruptions`` the run goes to needs_attention. 0 once a retry or an
+    #: orderly close resets it.
+    interruptions: int = 0
 
     @property
     def definition(self) -> str:

@@ -101,7 +101,7 @@ def begin(
     interactions: list[Interaction] = []
     if not fresh:
         operations, interactions = tx.run_journal(run_id)
-    counted: dict[str, int] = {}  # not a field of the Run record (see _as_updated)
+    counted: dict[str, object] = {}  # interruption_mark is not a field of the Run record
     if resumed:
         found = _counted(tx, run_id, operations, interactions, max_interruptions)
         if found is None:
@@ -128,8 +128,10 @@ def begin(
             migrated_from=migrated_from,
         ),
     )
-    # Not read back: this transaction read the run and changed it by ``fields`` alone (a
-    # migration's input is read back, as the journal holds it).
+    # Not read back: this transaction read the run and changed it by ``fields`` and the count
+    # alone (a migration's input is read back, as the journal holds it).
+    if counted:
+        fields["interruptions"] = counted["interruptions"]
     run = _as_updated(current, fields, tx.now()) if migrated_from is None else tx.get_run(run_id)
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
@@ -142,7 +144,7 @@ def _counted(
     operations: list[Operation],
     interactions: list[Interaction],
     limit: int,
-) -> dict[str, int] | None:
+) -> dict[str, object] | None:
     """An execution begins where the last one was interrupted: the run's interruptions in a
     row counted with it (the fields to write), or, at ``limit``, the run sent to
     needs_attention (``None``). An operation's intent stops an operation that keeps
@@ -153,6 +155,7 @@ def _counted(
     now = _journal_mark(operations, interactions)
     count = count + 1 if mark == now else 1
     if count >= limit:
+        tx.update_run(run_id, interruptions=count, interruption_mark=now)
         stop(
             tx,
             run_id,

@@ -97,7 +97,7 @@ POSTGRES = Dialect(
 RUN_COLUMNS = (
     "id, number, session_id, request_id, kind, agent_id, version, status, input, history_head, "
     "history_length, outcome, error, attention_key, usage, created_at, updated_at, "
-    "started_at, finished_at, next_attempt_at, error_kind, history_run, parent_id"
+    "started_at, finished_at, next_attempt_at, error_kind, history_run, parent_id, interruptions"
 )
 OP_COLUMNS = (
     "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
@@ -163,6 +163,7 @@ def run_of(row: Sequence[Any]) -> Run:
         error_kind=row[20],
         history_run=row[21],
         parent_id=row[22],
+        interruptions=row[23],
     )
 
 
