@@ -190,16 +190,8 @@ async def test_executions_interrupted_in_a_row_with_nothing_committed_need_atten
     assert await bounded() is None
 
 
-async def test_an_intent_given_up_for_an_approval_counts_as_progress(journal: Journal) -> None:
-    """A tool that asks for approval first gives its intent up for the interaction in one
-    transaction: the journal has one row fewer and one more, and an execution interrupted
-    after that still wrote something new."""
-    await journal.submit("run-1", "s")
-    begin = functools.partial(journal.do, transitions.begin, run_id="run-1", registered=_registered)
-    assert await begin() is not None
-    await _started(journal, "tool:1:c1")
-    assert await begin() is not None  # interrupted after writing an intent
-    assert (await _interruptions(journal))[0] == 1
+async def _approval_asked(journal: Journal, abandon: str | None = None) -> None:
+    """run-1 asks for approval of a payment (giving up the intent ``abandon``, if any)."""
     await journal.do(
         transitions.request_interaction,
         run_id="run-1",
@@ -210,8 +202,21 @@ async def test_an_intent_given_up_for_an_approval_counts_as_progress(journal: Jo
         arguments={"amount": 5},
         digest="d",
         payload=None,
-        abandon="tool:1:c1",
+        abandon=abandon,
     )
+
+
+async def test_an_intent_given_up_for_an_approval_counts_as_progress(journal: Journal) -> None:
+    """A tool that asks for approval first gives its intent up for the interaction in one
+    transaction: the journal has one row fewer and one more, and an execution interrupted
+    after that still wrote something new."""
+    await journal.submit("run-1", "s")
+    begin = functools.partial(journal.do, transitions.begin, run_id="run-1", registered=_registered)
+    assert await begin() is not None
+    await _started(journal, "tool:1:c1")
+    assert await begin() is not None  # interrupted after writing an intent
+    assert (await _interruptions(journal))[0] == 1
+    await _approval_asked(journal, abandon="tool:1:c1")
     assert await begin() is not None  # interrupted again, after the approval was asked for
     assert (await _interruptions(journal))[0] == 1  # counted afresh: not 2
 
@@ -395,18 +400,7 @@ async def test_fork_copies_the_completed_operations_before_a_key(journal: Journa
 async def test_a_response_is_recorded_once_and_frees_the_run(journal: Journal) -> None:
     await journal.submit("run-1", "s")
     await journal.do(transitions.begin, run_id="run-1", registered=_registered)
-    await journal.do(
-        transitions.request_interaction,
-        run_id="run-1",
-        interaction_id="int_1",
-        key="approval:1:c1",
-        kind="approval",
-        tool="pay",
-        arguments={"amount": 5},
-        digest="d",
-        payload=None,
-        abandon=None,
-    )
+    await _approval_asked(journal)
     await journal.do(transitions.park, run_id="run-1", reason="approval requested")
     assert (await journal.read(lambda tx: tx.get_run("run-1"))).status is RunStatus.WAITING
     approve = {"kind": "approve", "reviewer": "ana", "note": None}
@@ -427,18 +421,7 @@ async def test_a_response_is_recorded_once_and_frees_the_run(journal: Journal) -
 
 async def test_cancel_is_terminal_and_cancels_pending_interactions(journal: Journal) -> None:
     await journal.submit("run-1", "s")
-    await journal.do(
-        transitions.request_interaction,
-        run_id="run-1",
-        interaction_id="int_1",
-        key="approval:1:c1",
-        kind="approval",
-        tool="pay",
-        arguments={},
-        digest="d",
-        payload=None,
-        abandon=None,
-    )
+    await _approval_asked(journal)
     assert await journal.do(transitions.apply, command=Cancel("run-1", "done"), version_of=None)
     assert not await journal.do(transitions.cancel, run_id="run-1", reason=None)
     interaction = await journal.read(lambda tx: tx.get_interaction("int_1"))
