@@ -19,7 +19,8 @@ from ..client import Client
 from ..errors import SteadError
 from ..journal.records import Event, Run
 from ._common import with_client
-from ._render import events_table, safe_text
+from ._render import safe_text
+from ._render_events import events_table
 from .runs import RunView, read_run, render_run
 
 console = Console(highlight=False)

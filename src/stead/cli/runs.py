@@ -19,8 +19,6 @@ from ..journal.records import Event, Interaction, Operation, Run, RunStatus
 from ..messages import AssistantMessage
 from ._common import console, db_option, emit_json, json_option, print_out, with_client
 from ._render import (
-    event_line,
-    events_table,
     local_time,
     plain,
     runs_table,
@@ -28,6 +26,7 @@ from ._render import (
     show_json,
     show_run,
 )
+from ._render_events import event_line, events_table
 from ._render_tasks import TaskRunView, read_task_run, show_task_run, task_show_json
 
 __all__ = ["RunView", "read_run", "runs", "safe_text"]
