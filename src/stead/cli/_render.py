@@ -40,6 +40,8 @@ __all__ = [
     "operation_result",
     "operations_table",
     "plain",
+    "plain_text",
+    "response_words",
     "run_suggestions",
     "run_summary",
     "runs_table",
@@ -69,7 +71,7 @@ def _visible(match: re.Match[str]) -> str:
     return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
 
 
-def _plain_text(value: object) -> str:
+def plain_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -77,7 +79,7 @@ def inert(value: object, *, one_line: bool = False) -> str:
     """``value`` as a str with every control character replaced by a visible escape (see
     :func:`safe_text`); for text printed without rich, such as error messages."""
     pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
-    return pattern.sub(_visible, _plain_text(value))
+    return pattern.sub(_visible, plain_text(value))
 
 
 def safe_text(value: object, *, style: str = "", one_line: bool = False) -> Text:
@@ -103,7 +105,7 @@ def line(*parts: object, one_line: bool = True) -> Text:
 
 def short(value: object, width: int = 60) -> Text:
     """A one-line preview of ``value``: cut to ``width`` characters, then made safe."""
-    text = _plain_text(value)
+    text = plain_text(value)
     return safe_text(text if len(text) <= width else text[: width - 1] + "…", one_line=True)
 
 
@@ -502,7 +504,7 @@ def interactions_table(
             short(_asked(item), 60),
             status_text(item.status),
             safe_text(local_time(item.requested_at).rsplit(" ", 1)[0]),
-            short(_response_words(response), 40) if response else Text("—"),
+            short(response_words(response), 40) if response else Text("—"),
         )
     return table
 
@@ -518,7 +520,7 @@ def _interaction_lines(item: Interaction, with_run: bool) -> Text:
         line(safe_text("session ", style="dim"), item.session_id),
         safe_text(f"requested {local_time(item.requested_at)}", style="dim"),
         *(
-            [line(safe_text("response ", style="dim"), short(_response_words(response), 60))]
+            [line(safe_text("response ", style="dim"), short(response_words(response), 60))]
             if response
             else []
         ),
@@ -538,11 +540,11 @@ def _interaction_lines(item: Interaction, with_run: bool) -> Text:
     )
 
 
-def _response_words(response: Mapping[str, Any]) -> str:
+def response_words(response: Mapping[str, Any]) -> str:
     kind = str(response.get("kind"))
     words = [kind]
     if kind == "answer":
-        words.append(_plain_text(response.get("value")))
+        words.append(plain_text(response.get("value")))
     if response.get("reason"):
         words.append(f"({response['reason']})")
     if response.get("reviewer"):

@@ -12,10 +12,10 @@ from rich.text import Text
 
 from ..journal.records import Event
 from ._render import (
-    _plain_text,
-    _response_words,
     clock_time,
     line,
+    plain_text,
+    response_words,
     safe_text,
     short,
     status_text,
@@ -57,7 +57,7 @@ def describe(event: Event) -> Text:
         return line(status_text(str(data.get("status"))), extra, at, resolved, reason)
     if event.kind == "model_completed":
         calls = ", ".join(
-            _plain_text(c.get("name")) for c in data.get("tool_calls", []) if isinstance(c, dict)
+            plain_text(c.get("name")) for c in data.get("tool_calls", []) if isinstance(c, dict)
         )
         return line(key, " → ", line("call ", calls) if calls else short(data.get("text", ""), 60))
     if event.kind == "model_delta":
@@ -84,7 +84,7 @@ def describe(event: Event) -> Text:
         )
     if event.kind == "interaction_responded":
         response = data.get("response")
-        words = _response_words(response) if isinstance(response, dict) else _plain_text(response)
+        words = response_words(response) if isinstance(response, dict) else plain_text(response)
         return line(key, " ", short(words, 60), " (", data.get("interaction_id"), ")")
     return _describe_task_event(event.kind, data, key, attempt)
 
