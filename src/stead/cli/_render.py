@@ -72,6 +72,7 @@ def _visible(match: re.Match[str]) -> str:
 
 
 def plain_text(value: object) -> str:
+    """``value`` as text: a str as it is, anything else as JSON (not yet made safe to print)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -541,6 +542,8 @@ def _interaction_lines(item: Interaction, with_run: bool) -> Text:
 
 
 def response_words(response: Mapping[str, Any]) -> str:
+    """A response to an interaction in words: its kind, an answer's value, the reason, the
+    reviewer and the note (not yet made safe to print)."""
     kind = str(response.get("kind"))
     words = [kind]
     if kind == "answer":
