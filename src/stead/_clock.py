@@ -5,6 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Protocol
 
+#: Seconds an event loop's timer may fire before its time (the loop runs the timers due within
+#: its clock's resolution): what waits on a timer counts as due this much early.
+TIMER_EARLY = 0.0001
+
 
 class Clock(Protocol):
     def now(self) -> datetime:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from .._clock import TIMER_EARLY
 from .._json import JSON, canonical, digest, digest_text, dumps
 from ..journal import transitions
 from ..journal.events import Payload
@@ -39,9 +40,6 @@ T = TypeVar("T")
 #: thread together to come back (100 runs at once took up to 20 ms on a small machine), short
 #: enough that work in progress shows at once to a person.
 INTENT_HOLD = 0.05
-#: A timer may fire this much before its time (the loop runs those due within its clock's
-#: resolution); a held intent that early counts as due.
-_EARLY = 0.0001
 
 
 @functools.cache
@@ -360,7 +358,7 @@ class RunContext:
         if not self._held:
             return
         loop = asyncio.get_running_loop()
-        now = loop.time() + _EARLY
+        now = loop.time() + TIMER_EARLY
         later: float | None = None
         for key, (due, intent) in list(self._held.items()):
             if due <= now:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from ..._clock import TIMER_EARLY
 from ..._threads import Placement
 from ...errors import StorageError
 from ...journal.records import Notice
@@ -67,11 +68,6 @@ class _Committed:
     jobs: list[Job[Any]]
     events: list[Notice]
     needs: int
-
-
-#: A timer may fire this much before its time (the loop runs those due within its clock's
-#: resolution); a lazy job that early counts as due.
-_EARLY = 0.0001
 
 
 class Writer:
@@ -192,7 +188,7 @@ class Writer:
         if self._lazy_since is None or self._scheduled:
             return  # flushed meanwhile, or a flush is on its way
         due = self._lazy_since + self.lazy_delay
-        if self._loop.time() + _EARLY < due:
+        if self._loop.time() + TIMER_EARLY < due:
             self._timer = self._loop.call_at(due, self._due)
         else:
             self._flush()
