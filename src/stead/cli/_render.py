@@ -35,6 +35,7 @@ __all__ = [
     "interaction_suggestions",
     "interactions_table",
     "line",
+    "listing",
     "local_time",
     "money",
     "operation_result",
@@ -281,6 +282,11 @@ def suggestions(
 # -- runs ----------------------------------------------------------------------------------------
 
 
+def listing(*columns: Column | str, title: str | None = None) -> Table:
+    """The CLI's table of records, one row each: a rule under the header, no outer padding."""
+    return Table(*columns, title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+
+
 def runs_table(
     runs: Sequence[Run],
     costs: Mapping[str, float | None],
@@ -293,7 +299,7 @@ def runs_table(
     now = datetime.now(UTC)
     if width < 130:
         return Text("\n").join(_run_lines(run, costs, now) for run in runs)
-    table = Table(
+    table = listing(
         Column("run", no_wrap=True),
         Column("status", no_wrap=True),
         definition,
@@ -303,8 +309,6 @@ def runs_table(
         Column("took", no_wrap=True),
         Column("tokens in/out", no_wrap=True),
         Column("cost", no_wrap=True),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for run in runs:
         usage = Usage.from_json(run.usage)
@@ -451,15 +455,13 @@ def operations_table(
     operations: Sequence[Operation], responses: Mapping[str, AssistantMessage]
 ) -> Table:
     """One row per operation (its key names its kind: ``model:2``, ``tool:1:call_x``)."""
-    table = Table(
+    table = listing(
         Column("operation", no_wrap=True),
         Column("recovery", no_wrap=True),
         Column("status", no_wrap=True),
         Column("tries", no_wrap=True, justify="right"),
         Column("result", ratio=1),
         title="operations",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for op in operations:
         table.add_row(
@@ -482,7 +484,7 @@ def interactions_table(
     """One row per interaction; on a terminal narrower than 130 columns, two lines each."""
     if width < 130:
         return Text("\n").join(_interaction_lines(item, with_run) for item in interactions)
-    table = Table(
+    table = listing(
         Column("interaction", no_wrap=True),
         *([Column("run", no_wrap=True)] if with_run else []),
         "kind",
@@ -492,8 +494,6 @@ def interactions_table(
         Column(f"requested ({zone_name()})", no_wrap=True),
         "response",
         title=title,
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for item in interactions:
         response = item.response if isinstance(item.response, dict) else None

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich import box
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -14,6 +13,7 @@ from ..journal.records import Event
 from ._render import (
     clock_time,
     line,
+    listing,
     plain_text,
     response_words,
     safe_text,
@@ -114,14 +114,12 @@ def _describe_task_event(kind: str, data: dict[str, Any], key: Text, attempt: Te
 
 
 def events_table(events: Sequence[Event]) -> Table:
-    table = Table(
+    table = listing(
         Column("seq", justify="right", no_wrap=True),
         Column(f"time ({zone_name()})", no_wrap=True),
         Column("event", no_wrap=True),
         Column("detail", ratio=1),
         title="events",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for event in events:
         table.add_row(

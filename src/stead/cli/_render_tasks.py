@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Column, Table
 from rich.text import Text
@@ -23,6 +22,7 @@ from ._render import (
     Suggestion,
     inert,
     line,
+    listing,
     local_time,
     operation_result,
     plain,
@@ -189,7 +189,7 @@ def task_operation_result(op: Operation, width: int = 80) -> Text:
 
 def task_operations_table(operations: Sequence[Operation]) -> Table:
     """One row per operation of a task or graph run: its key, kind, status and result."""
-    table = Table(
+    table = listing(
         Column("operation", no_wrap=True),
         Column("kind", no_wrap=True),
         Column("recovery", no_wrap=True),
@@ -197,8 +197,6 @@ def task_operations_table(operations: Sequence[Operation]) -> Table:
         Column("tries", no_wrap=True, justify="right"),
         Column("result", ratio=1),
         title="operations",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for op in operations:
         table.add_row(

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 from click.core import ParameterSource
-from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Column, Table
 from rich.text import Text
@@ -37,6 +36,7 @@ from ._render import (
     duration,
     inert,
     line,
+    listing,
     local_time,
     plain,
     run_suggestions,
@@ -322,7 +322,7 @@ def _progress(run: Run, children: Sequence[Run]) -> tuple[int, int]:
 
 
 def _graphs_table(found: Sequence[Run], children: Mapping[str, Sequence[Run]]) -> Table:
-    table = Table(
+    table = listing(
         Column("run", no_wrap=True),
         Column("status", no_wrap=True),
         Column("nodes done", no_wrap=True, justify="right"),
@@ -330,8 +330,6 @@ def _graphs_table(found: Sequence[Run], children: Mapping[str, Sequence[Run]]) -
         "request",
         Column(f"created ({zone_name()})", no_wrap=True),
         Column("took", no_wrap=True),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for run in found:
         done, total = _progress(run, children.get(run.id, ()))
@@ -446,7 +444,7 @@ def _node_json(node: Mapping[str, Any], run: Run | None) -> dict[str, Any]:
 
 
 def _nodes_table(nodes: Sequence[dict[str, Any]]) -> Table:
-    table = Table(
+    table = listing(
         Column("node", no_wrap=True),
         Column("runs", no_wrap=True),
         "depends on",
@@ -454,8 +452,6 @@ def _nodes_table(nodes: Sequence[dict[str, Any]]) -> Table:
         Column("status", no_wrap=True),
         Column("result", ratio=1),
         title="nodes",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
     )
     for node in nodes:
         started = node["run_id"] is not None
