@@ -72,11 +72,11 @@ def bare_commit_ms(folder: Path, count: int = 2000) -> float:
 
 
 def _floor_steps(
-    folder: Path, tool_calls: int, recovery: str
+    folder: Path, tool_calls: int, recovery: str, sync: Callable[[int], None] = os.fdatasync
 ) -> Generator[int, JSON | None, float]:
     """The Python floor's run, step by step: it yields each turn's number where the tool runs,
     takes the tool's output (None: none was called, ``{"i": turn}`` is written) and returns ms
-    per step."""
+    per step. ``sync(fd)`` flushes the WAL at each barrier."""
     path = folder / f"floor-{recovery}-{time.perf_counter_ns()}.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -94,31 +94,52 @@ def _floor_steps(
     collect_garbage()
     start = time.perf_counter()
     row("submitted", {"prompt": "go"})
-    os.fdatasync(wal)  # barrier: the submission is acknowledged
+    sync(wal)  # barrier: the submission is acknowledged
     for turn in range(1, tool_calls + 1):
         row(f"model:{turn}", {"tool_calls": [{"name": "lookup", "arguments": {"i": turn}}]})
         if recovery == "manual":
-            os.fdatasync(wal)  # barrier: the intent is on disk before the effect
+            sync(wal)  # barrier: the intent is on disk before the effect
         output = yield turn
         row(f"tool:{turn}", {"output": {"i": turn} if output is None else output})
         if recovery == "manual":
-            os.fdatasync(wal)  # barrier: the result is on disk before the run builds on it
+            sync(wal)  # barrier: the result is on disk before the run builds on it
     row(f"model:{tool_calls + 1}", {"text": "done"})
-    os.fdatasync(wal)  # barrier: the completed run is acknowledged
+    sync(wal)  # barrier: the completed run is acknowledged
     elapsed = time.perf_counter() - start
     os.close(wal)
     conn.close()
     return elapsed / (2 * tool_calls + 1) * 1000
 
 
-def python_floor_ms(folder: Path, tool_calls: int, recovery: str) -> float:
+def python_floor_ms(
+    folder: Path, tool_calls: int, recovery: str, sync: Callable[[int], None] = os.fdatasync
+) -> float:
     """ms per step of a run written by hand: what stead's journal work costs with no engine."""
-    steps = _floor_steps(folder, tool_calls, recovery)
+    steps = _floor_steps(folder, tool_calls, recovery, sync)
     try:
         while True:
             next(steps)
     except StopIteration as done:
         return float(done.value)
+
+
+def floor_sync_us(folder: Path, tool_calls: int, work: float) -> float:
+    """µs an fdatasync takes on average in the Python floor's run of ``manual`` tools when
+    ``work`` seconds of busy CPU come between each barrier's commit and its fdatasync, as an
+    engine's own work for the step would (0: at once, as the floor has it). On a virtual disk
+    a flush that follows a pause in the I/O can cost more than one right behind the last."""
+    spent: list[float] = []
+
+    def sync(fd: int) -> None:
+        until = time.perf_counter() + work
+        while time.perf_counter() < until:
+            pass
+        start = time.perf_counter()
+        os.fdatasync(fd)
+        spent.append(time.perf_counter() - start)
+
+    python_floor_ms(folder, tool_calls, "manual", sync)
+    return sum(spent) / len(spent) * 1e6
 
 
 def _lookup(i: int) -> dict[str, int]:

@@ -10,9 +10,12 @@ are written; the ``blocking=False`` rows declare that it never waits, so it runs
 loop. Floor and stead run alternately, several times each, and the median of the pairs' ratios
 is printed, so that the machine's drift hits both alike. Two rows without a target measure what
 handing the tool to a thread costs alone: the floor written as a coroutine that calls its tool
-through stead's hand-off, and through ``asyncio.to_thread``. The peers (DBOS, LangGraph) run
-the same 10-tool-call loop side by side (see peers.py), with the floor of that loop fsync'd as
-each stead setting is (at the submission and the end, and after every commit).
+through stead's hand-off, and through ``asyncio.to_thread``. One more measures what the disk
+charges for a pause: the floor's fdatasyncs, each after 100 µs of work (an engine's own, between
+two barriers of a ``manual`` tool), against its fdatasyncs right behind their commits. The peers
+(DBOS, LangGraph) run the same 10-tool-call loop side by side (see peers.py), with the floor of
+that loop fsync'd as each stead setting is (at the submission and the end, and after every
+commit).
 Targets are printed as PASS/MISS, never asserted: a slow disk reports a MISS, not a failure.
 ``--repeat N`` measures everything N times over and prints each figure's spread (lowest to
 highest) and how many of the N rounds met its target, then every round's figures side by side
@@ -47,6 +50,9 @@ from stead._threads import run_in_thread, wait_here_when
 
 TURNS = 100  # tool calls of the long sequential runs
 SHORT = 10  # tool calls of the short runs (21 steps, as in peers.py)
+#: Seconds of work before each of the floor's fdatasyncs in the yardstick for the manual row:
+#: about what stead's own work between two barriers of a manual tool's step takes.
+PAUSE = 100e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +224,15 @@ async def stead_figures(folder: Path, runs: int, figures: Figures) -> None:
     )
     floors["Python floor: manual tools"] = floor
     ratios.append(("manual-tool run, per step ÷ Python floor", "≤ 2x", ratio))
+
+    # What the disk charges for a pause: the floor's flushes with an engine's work before each,
+    # against its flushes right behind their commits; no target, a yardstick for the row above.
+    async def paused_sync() -> float:
+        return step_overhead.floor_sync_us(folder, TURNS // 2, PAUSE)
+
+    _, _, paused = await _paired(
+        lambda: step_overhead.floor_sync_us(folder, TURNS // 2, 0.0), paused_sync, 7
+    )
     for figure, value in floors.items():
         figures.add(figure, value * 1000, " µs/step", ".1f")
     for figure, target, ratio in ratios:
@@ -225,6 +240,13 @@ async def stead_figures(folder: Path, runs: int, figures: Figures) -> None:
         if figure.startswith("safe step (100-turn run) "):
             for note, value in handoffs:
                 figures.add(note, value, "x")
+        if figure.startswith("manual-tool run"):
+            figures.add(
+                f"… the floor's fdatasync after {PAUSE * 1e6:.0f} µs of work ÷ right after its "
+                "commit",
+                paused,
+                "x",
+            )
     # Median of three: one sample of a 0.2-second burst moves by a fifth from run to run.
     rate = statistics.median(
         [await step_overhead.concurrent_steps_per_second(folder, 100, SHORT) for _ in range(3)]
