@@ -6,10 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import peers
 import summary
 
 
@@ -79,3 +81,52 @@ def test_rounds_side_by_side_show_each_rounds_value_and_mark_its_misses() -> Non
     assert "✗" not in _line(text, "LangGraph step")  # no target: nothing to miss
     assert "—" in _line(text, "late")
     assert "DBOS" not in text  # a note has no value a round: the range table shows it
+
+
+def test_peer_rows_say_what_each_target_asks_of_steads_ratio_to_the_floor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # ms a step each system "measured": the peers' loop is not run here.
+    steps = {
+        ("stead", "barriers"): 0.15,
+        ("stead", "always"): 0.25,
+        ("DBOS", None): 1.6,
+        ("LangGraph", None): 1.2,
+        (peers.FLOOR, "barriers"): 0.08,
+        (peers.FLOOR, "always"): 0.3,
+    }
+
+    def system(name: str, fsync: str | None) -> peers.System:
+        setting = f'SqliteStore(fsync="{fsync}")' if name == "stead" else f"{name} setting"
+        if name == peers.FLOOR:
+            assert fsync is not None
+            setting = peers.FLOOR_SETTINGS[fsync]
+        found = peers.System(name, setting, run_once=lambda run_dir, n: 0.0)
+        found.samples_ms_per_step.append(steps[(name, fsync)])
+        return found
+
+    monkeypatch.setattr(peers, "stead_system", lambda fsync: system("stead", fsync))
+    monkeypatch.setattr(peers, "dbos_system", lambda: system("DBOS", None))
+    monkeypatch.setattr(peers, "langgraph_system", lambda: system("LangGraph", None))
+    monkeypatch.setattr(peers, "floor_system", lambda fsync: system(peers.FLOOR, fsync))
+    monkeypatch.setattr(peers, "measure", lambda systems, runs, warmup, base: None)
+    figures = summary.Figures()
+    summary.peer_figures(3, tmp_path, figures)
+    value = {row.name: row.value for row in figures.rows}
+    assert value['speed-up over LangGraph, fsync="barriers"'] == pytest.approx(8.0)
+    assert value[
+        'stead fsync="barriers" ÷ the Python floor fsync\'d at submission and end, this loop'
+    ] == pytest.approx(1.875)
+    # 10x over LangGraph's 1.2 ms is 0.12 ms: 1.5 times the floor's 0.08.
+    assert value["… what 10x over LangGraph asks of that ratio (at most)"] == pytest.approx(1.5)
+    assert value["… what 10x over DBOS asks of that ratio (at most)"] == pytest.approx(2.0)
+    # 5x over DBOS's 1.6 ms is 0.32 ms, against a floor fsync'd after every commit of 0.3.
+    assert value["… what 5x over DBOS asks of that ratio (at most)"] == pytest.approx(0.32 / 0.3)
+    names = [row.name for row in figures.rows]
+    assert (
+        names.index("… what 10x over LangGraph asks of that ratio (at most)")
+        == names.index(
+            'stead fsync="barriers" ÷ the Python floor fsync\'d at submission and end, this loop'
+        )
+        + 2
+    )
