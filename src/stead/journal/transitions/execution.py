@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -155,7 +155,6 @@ def _counted(
     now = _journal_mark(operations, interactions)
     count = count + 1 if mark == now else 1
     if count >= limit:
-        tx.update_run(run_id, interruptions=count, interruption_mark=now)
         stop(
             tx,
             run_id,
@@ -168,6 +167,7 @@ def _counted(
             "stead.Limits(max_interruptions=...))",
             None,
             kind="interrupted",
+            fields={"interruptions": count, "interruption_mark": now},
         )
         return None
     return {"interruptions": count, "interruption_mark": now}
@@ -252,8 +252,10 @@ def stop(
     kind: str = "error",
     next_attempt_at: datetime | None = None,
     traceback: str | None = None,
+    fields: Mapping[str, object] | None = None,
 ) -> None:
-    """End an execution short of an outcome (not if the run already ended, or was cancelled)."""
+    """End an execution short of an outcome (not if the run already ended, or was cancelled).
+    ``fields`` are more of the run's fields to write in the same update."""
     current = tx.get_run(run_id)
     if current is None or current.status.terminal:
         return
@@ -269,6 +271,7 @@ def stop(
         attention_key=operation if status == RunStatus.NEEDS_ATTENTION else None,
         finished_at=tx.now() if status.terminal else None,
         next_attempt_at=next_attempt_at,
+        **(fields or {}),
     )
     tx.append_event(
         run_id,
