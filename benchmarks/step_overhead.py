@@ -56,7 +56,7 @@ def collect_garbage() -> None:
     one, a 21-step run took 400 to 550 µs longer, stead's and the Python floor's alike (more
     with the peers imported, whose modules the collection walks too). A process serving runs
     one after another does not collect everything before each, and a cost the same on both
-    sides of a ratio shrinks it toward 1 (10-step runs read 2.35 to 2.40 times the floor
+    sides of a ratio shrinks it toward 1 (10-step runs read 2.33 to 2.40 times the floor
     collected right before the clock, 2.72 to 2.74 times collected before the setup). So the
     setup, which every system has, comes between. Every system and every floor is measured
     after it alike."""
