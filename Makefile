@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/summary.py
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/peers.py
+	$(BIN)/python benchmarks/phases.py
 	$(BIN)/python benchmarks/idle_cpu.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/postgres.py

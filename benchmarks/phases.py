@@ -1,0 +1,304 @@
+"""Where a run of ``peers.py``'s stead loop spends its time, phase by phase.
+
+The run is ``peers.py``'s: ten calls of a trivial synchronous ``safe`` tool, eleven model calls
+of a ``ScriptedModel``, 21 durable steps, on a fresh file with ``fsync="barriers"``. Its clock
+is cut where the model is called:
+
+* **submission**: ``runtime.submit`` until it returns (the run inserted and begun in one
+  transaction, and that commit's fdatasync);
+* **start**: from there to the first model call (the run's task starts, the agent loop sets
+  up, the first model call's intent commits);
+* **turn**: from one model call to the next, the mean of the ten (the model's result, the tool
+  on its thread and its row, the next call's intent: one commit);
+* **end**: from the last model call until ``handle.result()`` returns (its result, the run's
+  completion and that commit's fdatasync, the outcome delivered).
+
+Each phase shows its wall time, the time spent in SQLite statements (every ``execute`` and
+``executemany`` of stead's connections, timed through a connection subclass, which adds about
+0.5 µs to each), the time in ``fdatasync``, and the rest: Python — stead's own, asyncio's and
+the tool's hand-off to its thread. Medians over runs, each on a fresh file as ``peers.py`` has
+them (opening the store is not timed). ``--tool-on-loop`` declares the tool ``blocking=False``,
+so it runs on the event loop with no hand-off.
+
+    .venv/bin/python benchmarks/phases.py [--runs 200] [--warmup 5] [--dir PATH] [--tool-on-loop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from rich.console import Console
+from rich.table import Table
+
+import stead
+from peers import FINAL_ANSWER, PROMPT, STEPS_PER_RUN, TOOL_CALLS, BenchError, lookup_tool
+from stead.store.sqlite import store as sqlite_store
+from stead.testing import ScriptedModel
+from step_overhead import collect_garbage
+
+console = Console() if sys.stdout.isatty() else Console(width=120)
+
+
+@dataclass
+class Spent:
+    """What the process has spent so far in SQLite statements and in fdatasync (seconds)."""
+
+    sql: float = 0.0
+    statements: int = 0
+    sync: float = 0.0
+
+    def mark(self) -> Mark:
+        return Mark(time.perf_counter(), self.sql, self.statements, self.sync)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point on a run's clock, with what had been spent by then."""
+
+    at: float
+    sql: float
+    statements: int
+    sync: float
+
+
+SPENT = Spent()
+
+
+class _TimedConnection(sqlite3.Connection):
+    """A connection whose statements add their time to :data:`SPENT`."""
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        start = time.perf_counter()
+        try:
+            return super().execute(*args)
+        finally:
+            SPENT.sql += time.perf_counter() - start
+            SPENT.statements += 1
+
+    def executemany(self, *args: Any) -> sqlite3.Cursor:
+        start = time.perf_counter()
+        try:
+            return super().executemany(*args)
+        finally:
+            SPENT.sql += time.perf_counter() - start
+            SPENT.statements += 1
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[None]:
+    """Time stead's SQLite statements and fdatasyncs into :data:`SPENT` (connections opened
+    meanwhile are :class:`_TimedConnection`)."""
+    connect = sqlite3.connect
+    fdatasync = sqlite_store._fdatasync
+
+    def timed_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", _TimedConnection)
+        conn: sqlite3.Connection = connect(*args, **kwargs)
+        return conn
+
+    def timed_fdatasync(fd: int) -> None:
+        start = time.perf_counter()
+        try:
+            fdatasync(fd)
+        finally:
+            SPENT.sync += time.perf_counter() - start
+
+    with (
+        mock.patch.object(sqlite3, "connect", timed_connect),
+        mock.patch.object(sqlite_store, "_fdatasync", timed_fdatasync),
+    ):
+        yield
+
+
+class _MarkedModel(ScriptedModel):
+    """``peers.py``'s script, marking the clock each time the model is called."""
+
+    def __init__(self, marks: list[Mark]) -> None:
+        script: list[Any] = [
+            [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")]
+            for n in range(TOOL_CALLS)
+        ]
+        super().__init__([*script, FINAL_ANSWER])
+        self.marks = marks
+
+    async def complete(self, request: stead.ModelRequest) -> stead.ModelResponse:
+        self.marks.append(SPENT.mark())
+        return await super().complete(request)
+
+
+@dataclass(frozen=True)
+class RunMarks:
+    """One run's clock: the submission's start and return, each model call, the result."""
+
+    start: Mark
+    submitted: Mark
+    models: tuple[Mark, ...]
+    end: Mark
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a run (or a share of one): µs of wall time, in SQLite statements (and how
+    many), in fdatasync, and the rest."""
+
+    wall: float
+    sql: float
+    statements: float
+    sync: float
+
+    @property
+    def rest(self) -> float:
+        return self.wall - self.sql - self.sync
+
+
+def between(first: Mark, last: Mark, parts: int = 1) -> Phase:
+    """What was spent from ``first`` to ``last``, divided by ``parts``."""
+    return Phase(
+        wall=(last.at - first.at) * 1e6 / parts,
+        sql=(last.sql - first.sql) * 1e6 / parts,
+        statements=(last.statements - first.statements) / parts,
+        sync=(last.sync - first.sync) * 1e6 / parts,
+    )
+
+
+PHASES = ("submission", "start", "turn (mean of ten)", "end", "whole run, a step")
+
+
+def phases_of(run: RunMarks) -> dict[str, Phase]:
+    """A run's phases (see the module docstring), and the whole run per durable step."""
+    first, last = run.models[0], run.models[-1]
+    return dict(
+        zip(
+            PHASES,
+            (
+                between(run.start, run.submitted),
+                between(run.submitted, first),
+                between(first, last, len(run.models) - 1),
+                between(last, run.end),
+                between(run.start, run.end, STEPS_PER_RUN),
+            ),
+            strict=True,
+        )
+    )
+
+
+def _app(marks: list[Mark], tool_on_loop: bool) -> stead.App:
+    @stead.tool(recovery="safe", blocking=not tool_on_loop)
+    def lookup(i: int) -> dict[str, Any]:
+        return lookup_tool(i)
+
+    agent = stead.Agent(
+        id="bench",
+        version="1",
+        model=_MarkedModel(marks),
+        instructions="Call lookup until the script says done.",
+        tools=[lookup],
+        max_turns=50,
+    )
+    return stead.App(agents=[agent])
+
+
+async def _run(app: stead.App, marks: list[Mark], folder: Path, n: int) -> RunMarks:
+    async with await app.open(stead.SqliteStore(str(folder / "stead.db"))) as runtime:
+        marks.clear()
+        start = SPENT.mark()
+        handle = await runtime.submit(
+            "bench", session_id=f"s{n}", request_id=f"r{n}", prompt=PROMPT
+        )
+        submitted = SPENT.mark()
+        outcome = await handle.result()
+        end = SPENT.mark()
+    if outcome.output != FINAL_ANSWER or len(marks) != TOOL_CALLS + 1:
+        raise BenchError(
+            f"stead: run {n} answered {outcome.output!r} after {len(marks)} model calls, "
+            f"expected {FINAL_ANSWER!r} after {TOOL_CALLS + 1}"
+        )
+    return RunMarks(start, submitted, tuple(marks), end)
+
+
+def measure(runs: int, warmup: int, base: Path, *, tool_on_loop: bool = False) -> list[RunMarks]:
+    """``runs`` runs after ``warmup`` uncounted ones, each on a fresh file under ``base``."""
+    marks: list[Mark] = []
+    app = _app(marks, tool_on_loop)
+    measured = []
+    with timed(), tempfile.TemporaryDirectory(dir=base, prefix="phases-") as folder:
+        for n in range(warmup + runs):
+            run_dir = Path(folder) / f"run-{n}"
+            run_dir.mkdir()
+            collect_garbage()
+            run = asyncio.run(_run(app, marks, run_dir, n))
+            if n >= warmup:
+                measured.append(run)
+    return measured
+
+
+def medians(runs: Sequence[RunMarks]) -> dict[str, Phase]:
+    """Each phase's figures, each the median over ``runs``."""
+    each = [phases_of(run) for run in runs]
+    return {
+        name: Phase(
+            wall=statistics.median(p[name].wall for p in each),
+            sql=statistics.median(p[name].sql for p in each),
+            statements=statistics.median(p[name].statements for p in each),
+            sync=statistics.median(p[name].sync for p in each),
+        )
+        for name in PHASES
+    }
+
+
+def table_of(phases: dict[str, Phase], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("phase")
+    for column in ("wall µs", "SQLite µs (statements)", "fdatasync µs", "the rest µs"):
+        table.add_column(column, justify="right")
+    for name, phase in phases.items():
+        table.add_row(
+            name,
+            f"{phase.wall:,.1f}",
+            f"{phase.sql:,.1f} ({phase.statements:.3g})",
+            f"{phase.sync:,.1f}",
+            f"{phase.rest:,.1f}",
+        )
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=200, help="measured runs (median)")
+    parser.add_argument("--warmup", type=int, default=5, help="unmeasured warm-up runs")
+    parser.add_argument("--dir", type=Path, default=None, help="folder for the files (not tmpfs)")
+    parser.add_argument(
+        "--tool-on-loop",
+        action="store_true",
+        help="declare the tool blocking=False: it runs on the event loop, with no hand-off",
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0:
+        parser.error("--runs must be >= 1 and --warmup >= 0")
+    base: Path = args.dir if args.dir is not None else Path(tempfile.gettempdir())
+    base.mkdir(parents=True, exist_ok=True)
+    runs = measure(args.runs, args.warmup, base, tool_on_loop=args.tool_on_loop)
+    where = "on the event loop" if args.tool_on_loop else "on its thread"
+    console.print(
+        table_of(
+            medians(runs),
+            f"a run of peers.py's loop, the tool {where}: medians of {args.runs} fresh files",
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
