@@ -176,25 +176,39 @@ def _stead_app() -> Any:
     import stead
     from stead.testing import ScriptedModel
 
-    @stead.tool(recovery="safe")
-    def lookup(i: int) -> dict[str, Any]:
-        return lookup_tool(i)
+    app = stead.App(agents=[stead_agent(ScriptedModel(stead_script()))])
+    _stead_cache["app"] = app
+    return app
+
+
+def stead_script() -> list[Any]:
+    """The turns stead's ``ScriptedModel`` answers with: what :func:`fake_model` answers."""
+    import stead
 
     script: list[Any] = [
         [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")] for n in range(TOOL_CALLS)
     ]
     script.append(FINAL_ANSWER)
-    agent = stead.Agent(
+    return script
+
+
+def stead_agent(model: Any, *, blocking: bool = True) -> Any:
+    """The loop's agent on ``model``, its tool a ``safe`` plain function (on the event loop
+    when not ``blocking``, else handed to a thread, as stead runs a synchronous tool)."""
+    import stead
+
+    @stead.tool(recovery="safe", blocking=blocking)
+    def lookup(i: int) -> dict[str, Any]:
+        return lookup_tool(i)
+
+    return stead.Agent(
         id="bench",
         version="1",
-        model=ScriptedModel(script),
+        model=model,
         instructions="Call lookup until the script says done.",
         tools=[lookup],
         max_turns=50,
     )
-    app = stead.App(agents=[agent])
-    _stead_cache["app"] = app
-    return app
 
 
 def stead_system(fsync: Literal["barriers", "always"]) -> System:
@@ -587,21 +601,37 @@ def report(systems: list[System], runs: int, warmup: int, base: Path) -> None:
     console.print(ceiling)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=20, help="measured runs per system")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up runs")
+def runs_parser(doc: str | None, *, runs: int, warmup: int) -> argparse.ArgumentParser:
+    """A parser with ``--runs``, ``--warmup`` and ``--dir`` (a script's description: the first
+    line of its ``doc``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--runs", type=int, default=runs, help="measured runs")
+    parser.add_argument("--warmup", type=int, default=warmup, help="unmeasured warm-up runs")
     parser.add_argument(
         "--dir",
         type=Path,
         default=None,
-        help="where to create the per-run temporary databases (default: the system temp dir)",
+        help="where to create the per-run temporary databases (default: the system temp dir; "
+        "not tmpfs)",
     )
+    return parser
+
+
+def parse_runs(
+    parser: argparse.ArgumentParser, argv: list[str] | None
+) -> tuple[argparse.Namespace, Path]:
+    """The arguments, checked, and the folder the runs' databases go in (created)."""
     args = parser.parse_args(argv)
     if args.runs < 1 or args.warmup < 0:
         parser.error("--runs must be >= 1 and --warmup >= 0")
     base: Path = args.dir if args.dir is not None else Path(tempfile.gettempdir())
     base.mkdir(parents=True, exist_ok=True)
+    return args, base
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = runs_parser(__doc__, runs=20, warmup=2)
+    args, base = parse_runs(parser, argv)
 
     systems = [
         stead_system("barriers"),

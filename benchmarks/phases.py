@@ -25,7 +25,6 @@ so it runs on the event loop with no hand-off.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sqlite3
@@ -33,7 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,17 @@ from rich.console import Console
 from rich.table import Table
 
 import stead
-from peers import FINAL_ANSWER, PROMPT, STEPS_PER_RUN, TOOL_CALLS, BenchError, lookup_tool
+from peers import (
+    FINAL_ANSWER,
+    PROMPT,
+    STEPS_PER_RUN,
+    TOOL_CALLS,
+    BenchError,
+    parse_runs,
+    runs_parser,
+    stead_agent,
+    stead_script,
+)
 from stead.store.sqlite import store as sqlite_store
 from stead.testing import ScriptedModel
 from step_overhead import collect_garbage
@@ -80,20 +89,20 @@ class _TimedConnection(sqlite3.Connection):
     """A connection whose statements add their time to :data:`SPENT`."""
 
     def execute(self, *args: Any) -> sqlite3.Cursor:
-        start = time.perf_counter()
-        try:
-            return super().execute(*args)
-        finally:
-            SPENT.sql += time.perf_counter() - start
-            SPENT.statements += 1
+        return _statement(super().execute, args)
 
     def executemany(self, *args: Any) -> sqlite3.Cursor:
-        start = time.perf_counter()
-        try:
-            return super().executemany(*args)
-        finally:
-            SPENT.sql += time.perf_counter() - start
-            SPENT.statements += 1
+        return _statement(super().executemany, args)
+
+
+def _statement(run: Callable[..., sqlite3.Cursor], args: tuple[Any, ...]) -> sqlite3.Cursor:
+    """``run(*args)``, one statement, its time added to :data:`SPENT`."""
+    start = time.perf_counter()
+    try:
+        return run(*args)
+    finally:
+        SPENT.sql += time.perf_counter() - start
+        SPENT.statements += 1
 
 
 @contextlib.contextmanager
@@ -126,11 +135,7 @@ class _MarkedModel(ScriptedModel):
     """``peers.py``'s script, marking the clock each time the model is called."""
 
     def __init__(self, marks: list[Mark]) -> None:
-        script: list[Any] = [
-            [stead.ToolCall(name="lookup", arguments={"i": n}, id=f"c{n}")]
-            for n in range(TOOL_CALLS)
-        ]
-        super().__init__([*script, FINAL_ANSWER])
+        super().__init__(stead_script())
         self.marks = marks
 
     async def complete(self, request: stead.ModelRequest) -> stead.ModelResponse:
@@ -195,19 +200,7 @@ def phases_of(run: RunMarks) -> dict[str, Phase]:
 
 
 def _app(marks: list[Mark], tool_on_loop: bool) -> stead.App:
-    @stead.tool(recovery="safe", blocking=not tool_on_loop)
-    def lookup(i: int) -> dict[str, Any]:
-        return lookup_tool(i)
-
-    agent = stead.Agent(
-        id="bench",
-        version="1",
-        model=_MarkedModel(marks),
-        instructions="Call lookup until the script says done.",
-        tools=[lookup],
-        max_turns=50,
-    )
-    return stead.App(agents=[agent])
+    return stead.App(agents=[stead_agent(_MarkedModel(marks), blocking=not tool_on_loop)])
 
 
 async def _run(app: stead.App, marks: list[Mark], folder: Path, n: int) -> RunMarks:
@@ -275,20 +268,13 @@ def table_of(phases: dict[str, Phase], title: str) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=200, help="measured runs (median)")
-    parser.add_argument("--warmup", type=int, default=5, help="unmeasured warm-up runs")
-    parser.add_argument("--dir", type=Path, default=None, help="folder for the files (not tmpfs)")
+    parser = runs_parser(__doc__, runs=200, warmup=5)
     parser.add_argument(
         "--tool-on-loop",
         action="store_true",
         help="declare the tool blocking=False: it runs on the event loop, with no hand-off",
     )
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0:
-        parser.error("--runs must be >= 1 and --warmup >= 0")
-    base: Path = args.dir if args.dir is not None else Path(tempfile.gettempdir())
-    base.mkdir(parents=True, exist_ok=True)
+    args, base = parse_runs(parser, argv)
     runs = measure(args.runs, args.warmup, base, tool_on_loop=args.tool_on_loop)
     where = "on the event loop" if args.tool_on_loop else "on its thread"
     console.print(
