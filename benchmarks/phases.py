@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import statistics
 import sys
@@ -242,10 +243,10 @@ def medians(runs: Sequence[RunMarks]) -> dict[str, Phase]:
     each = [phases_of(run) for run in runs]
     return {
         name: Phase(
-            wall=statistics.median(p[name].wall for p in each),
-            sql=statistics.median(p[name].sql for p in each),
-            statements=statistics.median(p[name].statements for p in each),
-            sync=statistics.median(p[name].sync for p in each),
+            **{
+                figure.name: statistics.median(getattr(p[name], figure.name) for p in each)
+                for figure in dataclasses.fields(Phase)
+            }
         )
         for name in PHASES
     }
