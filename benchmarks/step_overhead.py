@@ -82,12 +82,19 @@ def bare_commit_ms(folder: Path, count: int = 2000) -> float:
 
 
 def _floor_steps(
-    folder: Path, tool_calls: int, recovery: str, sync: Callable[[int], None] = os.fdatasync
+    folder: Path,
+    tool_calls: int,
+    recovery: str,
+    sync: Callable[[int], None] = os.fdatasync,
+    *,
+    collect: bool = True,
 ) -> Generator[int, JSON | None, float]:
     """The Python floor's run, step by step: it yields each turn's number where the tool runs,
     takes the tool's output (None: none was called, ``{"i": turn}`` is written) and returns ms
-    per step. ``sync(fd)`` flushes the WAL at each barrier."""
-    collect_garbage()
+    per step. ``sync(fd)`` flushes the WAL at each barrier. ``collect``: collect garbage first
+    (:func:`collect_garbage`)."""
+    if collect:
+        collect_garbage()
     path = folder / f"floor-{recovery}-{time.perf_counter_ns()}.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
