@@ -1,0 +1,55 @@
+"""``benchmarks/peers.py``'s round-robin: what runs between the systems' measured runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import peers
+
+
+def test_an_untimed_run_follows_each_run_of_a_system_that_leaves_the_disk_busy(
+    tmp_path: Path,
+) -> None:
+    calls: list[str] = []
+
+    def system(name: str, *, busy: bool) -> peers.System:
+        def run_once(run_dir: Path, n: int) -> float:
+            assert run_dir.is_dir()
+            calls.append(f"{name} {n}")
+            return 0.021  # 21 steps of a millisecond
+
+        return peers.System(name, "setting", run_once, leaves_disk_busy=busy)
+
+    def absorber(run_dir: Path) -> None:
+        assert run_dir.is_dir()
+        calls.append("absorber")
+
+    busy, quiet = system("DBOS", busy=True), system("LangGraph", busy=False)
+    peers.measure([busy, quiet], 2, 1, tmp_path, absorber=absorber)
+
+    assert calls == [
+        "DBOS 0",
+        "absorber",
+        "LangGraph 0",
+        "DBOS 1",
+        "absorber",
+        "LangGraph 1",
+        "DBOS 2",
+        "absorber",
+        "LangGraph 2",
+    ]
+    # The warm-up round is not counted, and the absorber's runs are nobody's samples.
+    assert busy.samples_ms_per_step == [1.0, 1.0]
+    assert quiet.samples_ms_per_step == [1.0, 1.0]
+    assert list(tmp_path.iterdir()) == []  # every run's folder, the absorber's too, is gone
+
+
+def test_of_the_peers_only_dbos_is_followed_by_an_untimed_run() -> None:
+    dbos = peers.dbos_system()
+    assert dbos.leaves_disk_busy or dbos.run_once is None  # None: DBOS is not installed
+    assert not peers.langgraph_system().leaves_disk_busy
+    assert not peers.stead_system("barriers").leaves_disk_busy
+    assert not peers.floor_system("always").leaves_disk_busy
