@@ -135,6 +135,9 @@ class System:
     samples_ms_per_step: list[float] = field(default_factory=list)
     #: Whether the run leaves the disk slow for the run after it (see measure).
     leaves_disk_busy: bool = False
+    #: Whether measure collects the garbage the systems before left before each run's setup
+    #: (see step_overhead.collect_garbage).
+    collected: bool = True
 
     @property
     def median(self) -> float | None:
@@ -424,7 +427,6 @@ def floor_system(fsync: Literal["barriers", "always"] = "barriers") -> System:
     recovery = "safe" if fsync == "barriers" else "manual"
 
     def run_once(run_dir: Path, n: int) -> float:
-        # Not collected first: see measure.
         steps = step_overhead._floor_steps(run_dir, TOOL_CALLS, recovery, collect=False)
         try:
             turn = next(steps)
@@ -436,7 +438,10 @@ def floor_system(fsync: Literal["barriers", "always"] = "barriers") -> System:
             raise BenchError(f"{name}: ran {COUNTER.tool} tool calls, expected {TOOL_CALLS}")
         return ms_per_step * STEPS_PER_RUN / 1000.0
 
-    return System(name, setting, run_once)
+    # Not collected before its runs: its setup (a connection and a table) is too short to absorb
+    # what follows a full collection, which here, with the peers imported, read its step about
+    # 29% long (52 against 40 µs) while stead's did not move; and it leaves next to no garbage.
+    return System(name, setting, run_once, collected=False)
 
 
 def floor_for(systems: list[System], stead_setting: str) -> System | None:
@@ -508,13 +513,7 @@ def measure(
             label = system.name.lower()
             with _run_dir(base, label) as run_dir:
                 COUNTER.reset()
-                if system.name != FLOOR:
-                    # What the systems measured before left (see step_overhead.collect_garbage),
-                    # collected before a setup that opens a store or a database. Not before the
-                    # floor's: its setup (a connection and a table) is too short to absorb what
-                    # follows a full collection, which here, with the peers imported, read its
-                    # step about 29% long (52 against 40 µs), while stead's did not move; and it
-                    # leaves next to no garbage of its own.
+                if system.collected:
                     gc.collect()
                 try:
                     elapsed = system.run_once(run_dir, rnd)

@@ -53,3 +53,10 @@ def test_of_the_peers_only_dbos_is_followed_by_an_untimed_run() -> None:
     assert not peers.langgraph_system().leaves_disk_busy
     assert not peers.stead_system("barriers").leaves_disk_busy
     assert not peers.floor_system("always").leaves_disk_busy
+
+
+def test_only_the_floor_is_measured_without_a_collection_first() -> None:
+    assert not peers.floor_system("barriers").collected
+    assert not peers.floor_system("always").collected
+    assert peers.stead_system("barriers").collected
+    assert peers.langgraph_system().collected
