@@ -89,8 +89,10 @@ class Figures:
             ok = value <= bound if target.startswith("≤") else value >= bound
         self.rows.append(Figure(name, value, spec, unit, target, ok))
 
-    def note(self, name: str, text: str) -> None:
-        self.rows.append(Figure(name, None, text=text))
+    def note(self, name: str, text: str, target: str = "") -> None:
+        """A row with no value: ``text`` in its place (a peer that did not run); a ``target``
+        it has is shown as not measured."""
+        self.rows.append(Figure(name, None, target=target, text=text))
 
 
 def table_of(rounds: list[Figures]) -> Table:
@@ -104,22 +106,24 @@ def table_of(rounds: list[Figures]) -> Table:
         for row in figures.rows:
             names.setdefault(row.name, []).append(row)
     for name, rows in names.items():
-        first = rows[0]
-        values = [row.value for row in rows if row.value is not None]
-        if not values:
-            table.add_row(name, first.text, "", "")
+        measured = [row for row in rows if row.value is not None]
+        if not measured:
+            first = rows[0]
+            table.add_row(name, first.text, first.target, "NOT MEASURED" if first.target else "")
             continue
+        first = measured[0]
+        values = [row.value for row in measured if row.value is not None]
         low, high = min(values), max(values)
         shown = first.shown(low) if low == high else f"{first.shown(low)} to {first.shown(high)}"
         verdict = ""
         if first.target:
-            met = sum(1 for row in rows if row.ok)
-            verdict = "PASS" if met == len(rows) else "MISS"
-            if many and 0 < met < len(rows):
-                verdict = f"MISS ({met} of {len(rows)} met)"
+            met = sum(1 for row in measured if row.ok)
+            verdict = "PASS" if met == len(measured) else "MISS"
+            if many and 0 < met < len(measured):
+                verdict = f"MISS ({met} of {len(measured)} met)"
         shown += first.unit
-        if len(rows) < len(rounds):  # a peer that ran in some rounds only
-            shown += f" ({len(rows)} of {len(rounds)} rounds)"
+        if len(measured) < len(rounds):  # a peer that ran in some rounds only
+            shown += f" ({len(measured)} of {len(rounds)} rounds)"
         table.add_row(name, shown, first.target, verdict)
     return table
 
@@ -292,6 +296,11 @@ def peer_figures(runs: int, base: Path, figures: Figures) -> None:
         ours = by_name[("stead", f'SqliteStore(fsync="{fsync}")')].median
         for peer in rivals:
             if ours is None or peer.median is None:
+                figures.note(
+                    f'speed-up over {peer.name}, fsync="{fsync}"',
+                    f"not measured: {'stead' if ours is None else peer.name} did not run",
+                    target=f"≥ {target:g}x",
+                )
                 continue
             figures.add(
                 f'speed-up over {peer.name}, fsync="{fsync}"',

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -60,3 +63,44 @@ def test_only_the_floor_is_measured_without_a_collection_first() -> None:
     assert not peers.floor_system("always").collected
     assert peers.stead_system("barriers").collected
     assert peers.langgraph_system().collected
+
+
+def test_a_system_that_fails_is_reported_and_the_others_are_still_measured(
+    tmp_path: Path,
+) -> None:
+    def broken(run_dir: Path, n: int) -> float:
+        raise RuntimeError("DBOS failed to launch")
+
+    failing = peers.System("DBOS", "setting", broken)
+    working = peers.System("LangGraph", "setting", lambda run_dir, n: 0.021)
+    peers.measure([failing, working], 2, 1, tmp_path, absorber=lambda run_dir: None)
+
+    assert failing.skipped == "DBOS failed: RuntimeError: DBOS failed to launch"
+    assert failing.run_once is None and failing.samples_ms_per_step == []
+    assert working.samples_ms_per_step == [1.0, 1.0]
+
+
+def test_a_column_default_this_sqlite_cannot_evaluate_is_named_with_the_version() -> None:
+    import sqlite3
+
+    assert peers.sqlite_default_problem("DBOS 9", "(strftime('%s','now') * 1000)") is None
+    null = peers.sqlite_default_problem("DBOS 9", "(NULL)")
+    assert null is not None
+    assert f"SQLite {sqlite3.sqlite_version}" in null and "gives NULL" in null
+    assert "DBOS 9" in null and "(NULL)" in null and "sqlite3.sqlite_version" in null
+    failing = peers.sqlite_default_problem("DBOS 9", "(no_such_function())")
+    assert failing is not None and "fails (no such function: no_such_function)" in failing
+
+
+def test_dbos_is_skipped_with_the_reason_where_its_timestamps_cannot_be_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DBOS itself need not be installed: its helper is what the check asks.
+    migration = types.SimpleNamespace(get_sqlite_timestamp_expr=lambda: "(NULL)")
+    dbos = types.ModuleType("dbos")
+    dbos.DBOS, dbos.DBOSConfig, dbos._migration = object(), object(), migration  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dbos", dbos)
+    monkeypatch.setitem(sys.modules, "dbos._migration", migration)
+    system = peers.dbos_system()
+    assert system.run_once is None
+    assert system.skipped is not None and "gives NULL" in system.skipped

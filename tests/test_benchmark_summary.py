@@ -130,3 +130,51 @@ def test_peer_rows_say_what_each_target_asks_of_steads_ratio_to_the_floor(
         )
         + 2
     )
+
+
+def test_a_peer_that_did_not_run_leaves_its_targets_shown_as_not_measured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def system(name: str, setting: str, ms: float | None) -> peers.System:
+        found = peers.System(name, setting, run_once=None if ms is None else lambda d, n: 0.0)
+        if ms is None:
+            found.skipped = f"{name} failed: RuntimeError: no launch"
+        else:
+            found.samples_ms_per_step.append(ms)
+        return found
+
+    monkeypatch.setattr(
+        peers, "stead_system", lambda fsync: system("stead", f'SqliteStore(fsync="{fsync}")', 0.15)
+    )
+    monkeypatch.setattr(peers, "dbos_system", lambda: system("DBOS", "DBOS setting", None))
+    monkeypatch.setattr(peers, "langgraph_system", lambda: system("LangGraph", "LG", 1.2))
+    monkeypatch.setattr(
+        peers, "floor_system", lambda fsync: system(peers.FLOOR, peers.FLOOR_SETTINGS[fsync], 0.08)
+    )
+    monkeypatch.setattr(peers, "measure", lambda systems, runs, warmup, base: None)
+    rounds = []
+    for _ in range(2):
+        figures = summary.Figures()
+        summary.peer_figures(3, tmp_path, figures)
+        rounds.append(figures)
+    text = _text(rounds)
+    for fsync, target in (("barriers", "≥ 10x"), ("always", "≥ 5x")):
+        line = _line(text, f'speed-up over DBOS, fsync="{fsync}"')
+        assert "not measured: DBOS did not run" in line
+        assert target in line and "NOT MEASURED" in line
+    assert "DBOS failed: RuntimeError: no launch" in _line(text, "DBOS DBOS setting")
+    assert "PASS" not in _line(text, 'speed-up over LangGraph, fsync="barriers"')
+    assert "8.00x" in _line(text, 'speed-up over LangGraph, fsync="barriers"')
+
+
+def test_a_figure_measured_in_some_rounds_only_is_judged_on_those() -> None:
+    rounds = []
+    for value in (12.0, None, 11.0):
+        figures = summary.Figures()
+        if value is None:
+            figures.note("speed-up", "not measured: DBOS did not run", target="≥ 10x")
+        else:
+            figures.add("speed-up", value, "x", target="≥ 10x")
+        rounds.append(figures)
+    line = _line(_text(rounds), "speed-up")
+    assert "11.00 to 12.00x (2 of 3 rounds)" in line and "PASS" in line
