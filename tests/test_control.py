@@ -282,6 +282,33 @@ async def test_limit_hit_during_execution_needs_attention(db: str) -> None:
     assert "limit max_payload_bytes hit at tool:1:b" in record.error["reason"]
 
 
+async def test_a_run_that_used_every_operation_position_needs_attention(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store keys an operation by its run and position, 32 bits of it the position: a run
+    past the last position stops before it writes a row the next run's range would hold.
+    (The last position is lowered to 2 here: the model's call and the tool's call fit.)"""
+    from stead.runtime import context
+
+    monkeypatch.setattr(context, "MAX_POSITION", 2)
+
+    @stead.tool(recovery="safe")
+    def look(n: int) -> int:
+        return n
+
+    model = ScriptedModel([[stead.ToolCall(name="look", arguments={"n": 1}, id="c")], "done"])
+    agent = stead.Agent(id="a", version="1", model=model, tools=[look])
+    async with await stead.App(agents=[agent]).open(open_store(db)) as rt:
+        run = await rt.submit("a", session_id="s", request_id="r", prompt="go")
+        record = await _until(run, stead.RunStatus.NEEDS_ATTENTION)
+        keys = [op.key for op in (await run.snapshot()).operations]
+    assert record.error is not None
+    reason = record.error["reason"]
+    assert "has used every operation position (2) and cannot record model:2" in reason
+    assert record.attention_key == "model:2"
+    assert keys == ["model:1", "tool:1:c"]
+
+
 async def test_max_pending_runs_is_checked_at_submit(db: str) -> None:
     gate = asyncio.Event()
 

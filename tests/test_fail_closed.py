@@ -35,11 +35,14 @@ def faulty_store(path: str, *, method: str, key: str) -> stead.SqliteStore:
             result: JSON,
             result_text: str | None = None,
             completed_seq: int | None = None,
+            **row: int,
         ) -> bool:
             if method == "complete_operation" and op_key == key and not fired["done"]:
                 fired["done"] = True
                 raise sqlite3.OperationalError("database or disk is full")
-            return super().complete_operation(run_id, op_key, result, result_text, completed_seq)
+            return super().complete_operation(
+                run_id, op_key, result, result_text, completed_seq, **row
+            )
 
     store = stead.SqliteStore(path)
     store.tx_class = FullDisk

@@ -153,6 +153,7 @@ async def _store_with_a_result_committed_last(db: str) -> int:
         functools.partial(
             transitions.start_operation,
             run_id="run-1",
+            run_number=1,
             key="tool:1:c1",
             position=1,
             kind="tool",
@@ -167,7 +168,9 @@ async def _store_with_a_result_committed_last(db: str) -> int:
         functools.partial(
             transitions.finish_operation,
             run_id="run-1",
+            run_number=1,
             key="tool:1:c1",
+            position=1,
             kind="tool",
             input={"tool": "pay", "call_id": "c1"},
             result={"output": 1},

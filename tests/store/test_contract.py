@@ -43,6 +43,10 @@ class Journal:
     async def read(self, fn: Callable[[Any], Any]) -> Any:
         return await self.store.read(fn)
 
+    async def number(self, run_id: str) -> int:
+        """The run's ``number``, which an operation's intent names its run by."""
+        return int(await self.read(lambda tx: tx.get_run(run_id).number))
+
     async def submit(self, run_id: str, session: str, request: str = "r", **extra: Any) -> Any:
         return await self.store.transact(
             submission(run_id, session, request, **extra), durability="barrier"
@@ -247,6 +251,7 @@ async def _started(journal: Journal, key: str, recovery: str = "manual") -> None
     await journal.do(
         transitions.start_operation,
         run_id="run-1",
+        run_number=await journal.number("run-1"),
         key=key,
         position=1,
         kind="tool",
@@ -265,7 +270,9 @@ async def test_an_operation_is_started_then_completed_once(journal: Journal) -> 
     await journal.do(
         transitions.restart_operation,
         run_id="run-1",
+        run_number=await journal.number("run-1"),
         key="tool:1:c1",
+        position=1,
         kind="tool",
         input={"tool": "pay", "call_id": "c1"},
         attempt=2,
@@ -274,7 +281,9 @@ async def test_an_operation_is_started_then_completed_once(journal: Journal) -> 
     await journal.do(
         transitions.finish_operation,
         run_id="run-1",
+        run_number=await journal.number("run-1"),
         key="tool:1:c1",
+        position=1,
         kind="tool",
         input={"tool": "pay", "call_id": "c1"},
         result={"output": 1},
@@ -300,6 +309,7 @@ async def test_model_results_are_the_committed_responses_in_order(journal: Journ
         await journal.do(
             transitions.start_operation,
             run_id="run-1",
+            run_number=await journal.number("run-1"),
             key=key,
             position=position,
             kind=kind,
@@ -312,7 +322,9 @@ async def test_model_results_are_the_committed_responses_in_order(journal: Journ
             await journal.do(
                 transitions.finish_operation,
                 run_id="run-1",
+                run_number=await journal.number("run-1"),
                 key=key,
+                position=position,
                 kind=kind,
                 input={"turn": position},
                 result=result,
@@ -363,6 +375,7 @@ async def test_fork_copies_the_completed_operations_before_a_key(journal: Journa
         await journal.do(
             transitions.start_operation,
             run_id="run-1",
+            run_number=await journal.number("run-1"),
             key=key,
             position=position,
             kind="model",
@@ -374,7 +387,9 @@ async def test_fork_copies_the_completed_operations_before_a_key(journal: Journa
         await journal.do(
             transitions.finish_operation,
             run_id="run-1",
+            run_number=await journal.number("run-1"),
             key=key,
+            position=position,
             kind="model",
             input={},
             result={"n": position},

@@ -118,8 +118,9 @@ async def test_workers_opening_one_schema_at_once_migrate_it_once_and_all_run(
 @needs_postgres
 async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str) -> None:
     """Version 5 drops the indexes of the sequences operation rows announce their events with
-    (sequences come from the counter), version 6 adds a run's interruptions: an older schema is
-    migrated, and a run's events still read back in order, gap-free."""
+    (sequences come from the counter), version 6 adds a run's interruptions, version 7 keys
+    operations by run and position: an older schema is migrated, and a run's events still read
+    back in order, gap-free."""
     from stead.store.migrate import migrations
     from stead.store.postgres.store import SCHEMA_VERSION
     from stead.testing import ScriptedModel
@@ -165,7 +166,8 @@ async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str)
         ]
     finally:
         conn.close()
-    assert version == SCHEMA_VERSION == 6  # 6: a run's interruptions in a row, counted
+    # 6: a run's interruptions in a row, counted; 7: operations keyed by run and position
+    assert version == SCHEMA_VERSION == 7
     assert not {"stead_operations_started_seq", "stead_operations_completed_seq"} & indexes
     assert sequences == list(range(1, len(sequences) + 1))
 
@@ -407,7 +409,8 @@ async def test_a_result_for_an_operation_not_in_progress_is_refused_by_the_serve
         tx.append_event("run-1", StatusChanged(status="running"))
 
     def finish(tx: Any) -> None:
-        tx.complete_operation("run-1", "tool:1:nope", {"output": 1})
+        number = tx.get_run("run-1").number
+        tx.complete_operation("run-1", "tool:1:nope", {"output": 1}, run_number=number, position=1)
 
     first = fenced.transact(note, durability="lazy", isolated=False)
     second = fenced.transact(finish, durability="lazy", isolated=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .._json import digest_text
 
 __all__ = [
+    "MAX_POSITION",
     "approval_key",
     "budget_key",
     "child_run_id",
@@ -22,6 +23,11 @@ __all__ = [
     "scoped",
     "tool_key",
 ]
+
+
+#: The highest position an operation takes in its run (they count from 1): a store keys an
+#: operation's row by its run and position in one 64-bit integer, 32 bits for the position.
+MAX_POSITION = (1 << 32) - 1
 
 
 def model_key(turn: int) -> str:

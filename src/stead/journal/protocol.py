@@ -121,6 +121,7 @@ class Tx(Protocol):
         self,
         *,
         run_id: str,
+        run_number: int,
         key: str,
         position: int,
         kind: str,
@@ -132,7 +133,9 @@ class Tx(Protocol):
         started_seq: int | None = None,
         completed_seq: int | None = None,
     ) -> None: ...
-    def restart_operation(self, run_id: str, key: str, attempts: int) -> None: ...
+    def restart_operation(
+        self, run_id: str, key: str, attempts: int, *, run_number: int, position: int
+    ) -> None: ...
     def complete_operation(
         self,
         run_id: str,
@@ -140,6 +143,9 @@ class Tx(Protocol):
         result: JSON,
         result_text: str | None = None,
         completed_seq: int | None = None,
+        *,
+        run_number: int,
+        position: int,
     ) -> bool: ...
     def order_rerun(self, run_id: str, key: str) -> None: ...
     def copy_operations(self, source_run_id: str, target_run_id: str, before: int) -> int: ...

@@ -25,7 +25,7 @@ from .._clock import TIMER_EARLY
 from .._json import JSON, canonical, digest, digest_text, dumps
 from ..journal import transitions
 from ..journal.events import Payload
-from ..journal.keys import interaction_id, operation_id
+from ..journal.keys import MAX_POSITION, interaction_id, operation_id
 from ..journal.protocol import Durability, Store, Tx
 from ..journal.records import Interaction, Operation, Recovery, Run, Writes
 from . import boundaries
@@ -76,6 +76,8 @@ class RunContext:
         self._created = len(operations)
         self._position = max((op.position for op in operations), default=0) + 1
         self._keys: set[str] = set()
+        #: The positions of the waits this execution opened (:meth:`open_wait`), by key.
+        self._opened: dict[str, int] = {}
         #: The commit of a side effect's result that the run did not wait for (``settle=False``):
         #: the next effect waits for it before it starts.
         self._unsettled: asyncio.Future[Any] | None = None
@@ -210,12 +212,15 @@ class RunContext:
         intent: asyncio.Future[Any] | None = None
         if op is not None:
             attempt = op.attempts + 1
+            position = op.position
             kept = op.input  # what the journal keeps of the input
             intent = self._write(
                 functools.partial(
                     transitions.restart_operation,
                     run_id=run_id,
+                    run_number=self.run.number,
                     key=key,
+                    position=position,
                     kind=kind,
                     input=kept,
                     attempt=attempt,
@@ -227,10 +232,13 @@ class RunContext:
             attempt = 1
             # The limits, looked at where they may be hit (a text of a quarter of the payload
             # limit in characters fits whatever its encoding): most operations call nothing.
-            if self.max_operations is not None and self._created >= self.max_operations:
+            if (
+                self.max_operations is not None and self._created >= self.max_operations
+            ) or self._position > MAX_POSITION:
                 self._check_room(key)
             if len(input_text) * 4 > self.max_payload_bytes:
                 self._check_size(key, "input", input_text)
+            position = self._position
             kept = input
             if stored is not None:
                 kept = stored
@@ -238,8 +246,9 @@ class RunContext:
             fresh = functools.partial(
                 transitions.start_operation,
                 run_id=run_id,
+                run_number=self.run.number,
                 key=key,
-                position=self._position,
+                position=position,
                 kind=kind,
                 recovery=recovery,
                 input_hash=input_hash,
@@ -315,7 +324,9 @@ class RunContext:
             functools.partial(
                 transitions.finish_operation,
                 run_id=run_id,
+                run_number=self.run.number,
                 key=key,
+                position=position,
                 kind=kind,
                 input=kept,
                 result=result,
@@ -389,6 +400,12 @@ class RunContext:
         return input_text, digest_text(f'{{"input":{input_text},"kind":{_kind_text(kind)}}}')
 
     def _check_room(self, key: str) -> None:
+        if self._position > MAX_POSITION:
+            raise NeedsAttention(
+                f"run {self.run.id} has used every operation position ({MAX_POSITION:,}) and "
+                f"cannot record {key}; fork it before an earlier operation to go on in a new run",
+                operation=key,
+            )
         if self.max_operations is not None and self._created >= self.max_operations:
             raise NeedsAttention(
                 f"limit max_operations_per_run hit at {key}: run {self.run.id} already has "
@@ -415,6 +432,7 @@ class RunContext:
         """The intent of a new operation, as :func:`transitions.start_operation` takes it."""
         fields = {
             "run_id": self.run.id,
+            "run_number": self.run.number,
             "key": key,
             "position": self._position,
             "kind": kind,
@@ -462,16 +480,21 @@ class RunContext:
             else functools.partial(start, operation=fields)
         )
         await self._write(write, "commit")
+        self._opened[key] = fields["position"]
         return None
 
     async def close_wait(self, key: str, kind: str, stored: JSON, result: JSON) -> None:
-        """The result of a waiting operation (``stored``: what the journal keeps of its input)."""
+        """The result of a waiting operation that :meth:`open_wait` opened or found in
+        progress (``stored``: what the journal keeps of its input)."""
         self._check_size(key, "result", dumps(result))
+        op = self.operations.get(key)
         await self._write(
             functools.partial(
                 transitions.finish_operation,
                 run_id=self.run.id,
+                run_number=self.run.number,
                 key=key,
+                position=op.position if op is not None else self._opened[key],
                 kind=kind,
                 input=stored,
                 result=result,

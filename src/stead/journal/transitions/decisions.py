@@ -94,7 +94,7 @@ def resolve(tx: Tx, run_id: str, key: str, output: JSON) -> None:
             + (f" (it needs attention at {run.attention_key!r})" if run.attention_key else "")
             + "; only the operation a needs_attention run names can be resolved"
         )
-    tx.complete_operation(run_id, key, result)
+    tx.complete_operation(run_id, key, result, run_number=run.number, position=op.position)
     stored = op.input if isinstance(op.input, dict) else {}
     if op.kind in ("step", "effect"):
         tx.append_event(

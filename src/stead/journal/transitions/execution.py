@@ -343,6 +343,7 @@ def start_operation(
     tx: Tx,
     *,
     run_id: str,
+    run_number: int,
     key: str,
     position: int,
     kind: str,
@@ -354,8 +355,9 @@ def start_operation(
     result: JSON = None,
     result_text: str | None = None,
 ) -> None:
-    """The intent of a new operation (and the rows its input refers to); ``input`` is what the
-    journal keeps of it, ``input_text`` its JSON when the caller encoded it already. With
+    """The intent of a new operation (and the rows its input refers to) at ``position`` in the
+    run whose ``number`` is ``run_number``; ``input`` is what the journal keeps of it,
+    ``input_text`` its JSON when the caller encoded it already. With
     ``result_text`` (and ``result``) the row is written completed (see
     :func:`record_operation`). The row announces its events (``journal.events``)."""
     if writes is not None:
@@ -368,6 +370,7 @@ def start_operation(
         completed_seq = tx.announce(run_id, completed) if completed is not None else None
     tx.start_operation(
         run_id=run_id,
+        run_number=run_number,
         key=key,
         position=position,
         kind=kind,
@@ -385,16 +388,19 @@ def restart_operation(
     tx: Tx,
     *,
     run_id: str,
+    run_number: int,
     key: str,
+    position: int,
     kind: str,
     input: JSON,
     attempt: int,
     writes: Writes | None,
 ) -> None:
-    """Another attempt of an interrupted operation (consumes a re-run order); its event is a
-    row of its own (the operation row announces the first attempt only)."""
+    """Another attempt of an interrupted operation at ``position`` in the run whose ``number``
+    is ``run_number`` (consumes a re-run order); its event is a row of its own (the operation
+    row announces the first attempt only)."""
     _write(tx, writes, run_id)
-    tx.restart_operation(run_id, key, attempt)
+    tx.restart_operation(run_id, key, attempt, run_number=run_number, position=position)
     started = operation_started(kind, key, input, attempt, operation_id(run_id, key))
     if started is not None:
         tx.append_event(run_id, started)
@@ -404,18 +410,29 @@ def finish_operation(
     tx: Tx,
     *,
     run_id: str,
+    run_number: int,
     key: str,
+    position: int,
     kind: str,
     input: JSON,
     result: JSON,
     writes: Writes | None,
     result_text: str | None = None,
 ) -> None:
-    """The result of an operation in progress (``input``: what the journal keeps of its input;
-    ``result_text``: the result's JSON, if encoded already). The row announces the event."""
+    """The result of an operation in progress at ``position`` in the run whose ``number`` is
+    ``run_number`` (``input``: what the journal keeps of its input; ``result_text``: the
+    result's JSON, if encoded already). The row announces the event."""
     completed = completed_event_kind(kind)
     completed_seq = tx.announce(run_id, completed) if completed is not None else None
-    if not tx.complete_operation(run_id, key, result, result_text, completed_seq):
+    if not tx.complete_operation(
+        run_id,
+        key,
+        result,
+        result_text,
+        completed_seq,
+        run_number=run_number,
+        position=position,
+    ):
         raise StorageError(
             f"operation {key} of run {run_id} was not in progress when its result was "
             "written; the journal was changed under this runtime"

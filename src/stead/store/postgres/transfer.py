@@ -32,7 +32,7 @@ __all__ = ["TABLES", "Copied", "copy_sqlite_journal"]
 #: The tables copied, parents first, each with the columns that order its rows.
 TABLES: tuple[tuple[str, str], ...] = (
     ("stead_runs", "number"),
-    ("stead_operations", "run_id, key"),
+    ("stead_operations", "id"),
     ("stead_events", "sequence"),
     ("stead_interactions", "rowid"),
     ("stead_blobs", "hash"),
@@ -44,7 +44,6 @@ TABLES: tuple[tuple[str, str], ...] = (
 #: Tables whose integer key PostgreSQL generates: copied with OVERRIDING SYSTEM VALUE.
 _IDENTITY = {"stead_runs": "number", "stead_inbox": "id"}
 _TEXT_KEYED = {
-    "stead_operations",
     "stead_blobs",
     "stead_history",
     "stead_signals",

@@ -20,7 +20,7 @@ from ..._json import dumps
 from ...errors import LeaseLostError
 from ...journal.records import Claim, Interaction, Notice, Run
 from ..rows import POSTGRES, SqlTx
-from ..rows._base import INTERACTION_SELECT, interaction_of
+from ..rows._base import INTERACTION_SELECT, OPERATIONS_PER_RUN, interaction_of
 
 if TYPE_CHECKING:  # psycopg is the postgres extra's: imported once a store connects
     from .wire import Statement, Wire
@@ -116,15 +116,26 @@ class PostgresTx(SqlTx):
         result: Any,
         result_text: str | None = None,
         completed_seq: int | None = None,
+        *,
+        run_number: int,
+        position: int,
     ) -> bool:
         """In a pipelined batch the server checks that the operation was in progress: if not,
         the statement fails (naming it) and the whole transaction with it, so the batch does
         not wait for the row count half way."""
         if self.pipeline is None:
-            return super().complete_operation(run_id, key, result, result_text, completed_seq)
+            return super().complete_operation(
+                run_id,
+                key,
+                result,
+                result_text,
+                completed_seq,
+                run_number=run_number,
+                position=position,
+            )
         self.execute(
             "WITH done AS (UPDATE stead_operations SET status = 'completed', result = ?, "
-            "updated_at = ?, completed_seq = ? WHERE run_id = ? AND key = ? "
+            "updated_at = ?, completed_seq = ? WHERE id = ? AND key = ? "
             "AND status = 'started' RETURNING 1) "
             "SELECT CASE WHEN COUNT(*) = 1 THEN 0 ELSE ('stead: operation ' || ? || ' of run ' "
             "|| ? || ' was not in progress (' || COUNT(*) || ' rows)')::int END FROM done",
@@ -132,7 +143,7 @@ class PostgresTx(SqlTx):
                 result_text if result_text is not None else dumps(result),
                 self.stamp(),
                 completed_seq,
-                run_id,
+                run_number * OPERATIONS_PER_RUN + position,
                 key,
                 key,
                 run_id,

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._clock import Clock, iso
 from ..._json import JSON, loads
+from ...journal.keys import MAX_POSITION
 from ...journal.records import (
     Interaction,
     Notice,
@@ -102,6 +103,14 @@ RUN_COLUMNS = (
 OP_COLUMNS = (
     "run_id, key, position, kind, status, recovery, input_hash, input, result, attempts, rerun, "
     "created_at, updated_at, copied_from, attempt_base"
+)
+#: An operation row's ``id``: its run's ``number`` times this, plus its position in the run, so
+#: a run's rows are one range of the table's key (migration 10 of SQLite, 7 of PostgreSQL).
+OPERATIONS_PER_RUN = MAX_POSITION + 1
+#: The rows of the run whose id is passed twice (as ``(run_id, run_id)``): a range of the key.
+RUN_OPERATIONS_SQL = (
+    f"id >= (SELECT number * {OPERATIONS_PER_RUN} FROM stead_runs WHERE id = ?) "
+    f"AND id < (SELECT (number + 1) * {OPERATIONS_PER_RUN} FROM stead_runs WHERE id = ?)"
 )
 TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 #: Statuses whose ``next_attempt_at`` makes the run runnable when it comes: a model back-off, a

@@ -17,7 +17,7 @@ from ..._json import dumps, loads
 from ...journal.events import Payload, operation_completed, operation_started
 from ...journal.keys import operation_id
 from ...journal.records import Event
-from ._base import SqlBase
+from ._base import RUN_OPERATIONS_SQL, SqlBase
 
 #: The columns an operation's events are built from: sequence, run, key, kind, input, result,
 #: time.
@@ -101,9 +101,14 @@ class EventRows(SqlBase):
             )
             for r in rows
         )
+        # A run's operation rows are a range of the table's key (``RUN_OPERATIONS_SQL``), read
+        # as that: the unary + keeps SQLite from walking the index of every run's start
+        # sequences instead.
+        where, seq = ("", "") if run_id is None else (f"{RUN_OPERATIONS_SQL} AND ", "+")
+        params = params if run_id is None else (run_id, *params)
         started = self.execute(
             f"SELECT {_STARTED} FROM stead_operations "
-            f"WHERE {where}started_seq > ? ORDER BY started_seq LIMIT ?",
+            f"WHERE {where}{seq}started_seq > ? ORDER BY started_seq LIMIT ?",
             params,
         ).fetchall()
         completed = self.execute(
@@ -124,8 +129,9 @@ class EventRows(SqlBase):
         row = self.execute(
             "SELECT MAX(s) FROM ("
             "SELECT MAX(sequence) AS s FROM stead_events WHERE run_id = ? "
-            "UNION ALL SELECT MAX(started_seq) FROM stead_operations WHERE run_id = ? "
-            "UNION ALL SELECT MAX(completed_seq) FROM stead_operations WHERE run_id = ?) AS seqs",
-            (run_id, run_id, run_id),
+            f"UNION ALL SELECT MAX(started_seq) FROM stead_operations WHERE {RUN_OPERATIONS_SQL} "
+            "UNION ALL SELECT MAX(completed_seq) FROM stead_operations "
+            f"WHERE {RUN_OPERATIONS_SQL}) AS seqs",
+            (run_id, run_id, run_id, run_id, run_id),
         ).fetchone()
         return int(row[0] or 0)
