@@ -253,3 +253,55 @@ async def test_an_older_postgres_journal_is_keyed_by_run_and_position() -> None:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             conn.close()
+
+
+async def test_a_key_the_journal_holds_twice_stops_the_run_before_it_replays(
+    tmp_path: Path,
+) -> None:
+    """A run's keys are unique because the runtime replays a journaled key instead of writing
+    it again, not because the store refuses a second row: a journal that holds one twice (a
+    defect, or a file changed outside stead) stops the run when it begins, naming the key,
+    instead of replaying either result."""
+
+    @stead.tool(recovery="manual", approval=True)
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    script: list[Any] = [[stead.ToolCall(name="pay", arguments={"amount": 5}, id="c1")], "done"]
+    agent = stead.Agent(id="a", version="1", model=ScriptedModel(script), tools=[pay])
+    app = stead.App(agents=[agent])
+    db = tmp_path / "twice.db"
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
+        while (await run.status()) is not stead.RunStatus.WAITING:
+            await asyncio.sleep(0.01)
+        (interaction,) = await run.interactions()
+    conn = sqlite3.connect(db)
+    try:
+        (number,) = conn.execute("SELECT number FROM stead_runs WHERE id = ?", (run.id,)).fetchone()
+        conn.execute(
+            "INSERT INTO stead_operations (id, run_id, key, position, kind, status, recovery, "
+            "input_hash, input, result, created_at, updated_at) SELECT ?, run_id, key, 99, kind, "
+            "status, recovery, input_hash, input, result, created_at, updated_at "
+            "FROM stead_operations WHERE run_id = ? AND key = 'model:1'",
+            (number * SPAN + 99, run.id),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    async with await app.open(stead.SqliteStore(db)) as runtime:
+        await runtime.get_run(run.id).respond(interaction.interaction_id, stead.Approve())
+        handle = runtime.get_run(run.id)
+        for _ in range(1000):  # up to 10 s
+            if (await handle.status()) in (
+                stead.RunStatus.NEEDS_ATTENTION,
+                stead.RunStatus.COMPLETED,
+                stead.RunStatus.FAILED,
+            ):
+                break
+            await asyncio.sleep(0.01)
+        record = await handle.run()
+    assert record.status is stead.RunStatus.NEEDS_ATTENTION
+    assert record.attention_key == "model:1"
+    assert record.error is not None
+    assert "holds operation model:1 twice" in record.error["reason"]

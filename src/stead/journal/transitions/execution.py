@@ -101,6 +101,20 @@ def begin(
     interactions: list[Interaction] = []
     if not fresh:
         operations, interactions = tx.run_journal(run_id)
+        twice = _key_twice(operations)
+        if twice is not None:
+            stop(
+                tx,
+                run_id,
+                RunStatus.NEEDS_ATTENTION,
+                f"the journal of run {run_id} holds operation {twice} twice, which stead never "
+                "writes (a defect, or the file was changed outside stead): its result is not "
+                f"replayed either way; fork the run before {twice} to go on from what is "
+                "certain, and report it",
+                twice,
+                kind="needs_attention",
+            )
+            return None
     counted: dict[str, object] = {}  # interruption_mark is not a field of the Run record
     if resumed:
         found = _counted(tx, run_id, operations, interactions, max_interruptions)
@@ -136,6 +150,19 @@ def begin(
     if run is None:  # pragma: no cover - the row was just updated
         raise StorageError(f"run {run_id} vanished while it was claimed")
     return Begun(run=run, operations=operations, interactions=interactions)
+
+
+def _key_twice(operations: list[Operation]) -> str | None:
+    """A key the run's journal holds more than once (a run's keys are unique because a
+    journaled key is replayed, not written again; the store keys rows by position alone)."""
+    if len({op.key for op in operations}) == len(operations):
+        return None
+    seen: set[str] = set()
+    for op in operations:
+        if op.key in seen:
+            return op.key
+        seen.add(op.key)
+    return None  # pragma: no cover - a set shorter than its list has a repeated key
 
 
 def _counted(
