@@ -41,6 +41,12 @@ MIGRATED = [
     (7 * SPAN + 2, 7, "model:1", 2),
 ]
 
+#: The rows as :data:`MIGRATED` lists them.
+MIGRATED_SQL = (
+    "SELECT o.id, r.number, o.key, o.position FROM stead_operations AS o "
+    "JOIN stead_runs AS r ON r.id = o.run_id ORDER BY o.id"
+)
+
 
 def _run_row(number: int) -> tuple[Any, ...]:
     return (
@@ -130,10 +136,7 @@ async def test_an_older_sqlite_journal_is_keyed_by_run_and_position(tmp_path: Pa
         await store.aclose()
     conn = sqlite3.connect(db)
     try:
-        rows = conn.execute(
-            "SELECT o.id, r.number, o.key, o.position FROM stead_operations AS o "
-            "JOIN stead_runs AS r ON r.id = o.run_id ORDER BY o.id"
-        ).fetchall()
+        rows = conn.execute(MIGRATED_SQL).fetchall()
         assert rows == MIGRATED
         # a row at a position its run holds already is refused
         with pytest.raises(sqlite3.IntegrityError, match=r"stead_operations\.id"):
@@ -238,10 +241,7 @@ async def test_an_older_postgres_journal_is_keyed_by_run_and_position() -> None:
             await store.aclose()
         conn = store.connect()
         try:
-            rows = conn.execute(
-                "SELECT o.id, r.number, o.key, o.position FROM stead_operations AS o "
-                "JOIN stead_runs AS r ON r.id = o.run_id ORDER BY o.id"
-            ).fetchall()
+            rows = conn.execute(MIGRATED_SQL).fetchall()
             assert rows == MIGRATED
             version = conn.execute("SELECT schema_version FROM stead_meta").fetchone()[0]
             assert version == 7
