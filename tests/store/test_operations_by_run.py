@@ -5,7 +5,11 @@ of the key, and a result finds its row by that key."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import sqlite3
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -148,6 +152,94 @@ async def test_an_older_sqlite_journal_is_keyed_by_run_and_position(tmp_path: Pa
             )
     finally:
         conn.close()
+
+
+#: A process that opens a store and kills itself in the rebuild of migration 10, right after the
+#: old table is dropped (uncommitted): the crash a long migration of a large file risks most.
+_DIES_IN_MIGRATION = """
+import asyncio, os, signal, sys
+import stead
+from stead.store import migrate
+from stead.store.sqlite import store
+
+
+def dying(conn, version):
+    for number, script in migrate.migrations():
+        if number > version:
+            for statement in migrate.statements(script):
+                conn.execute(statement)
+                if statement.startswith("DROP TABLE stead_operations"):
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+
+store.migrate = dying
+
+
+async def main():
+    opened = stead.SqliteStore(sys.argv[1])
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(opened.acquire, loop, lambda events: None, lambda error: None)
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_process_killed_in_the_rebuild_leaves_the_old_journal_whole(
+    tmp_path: Path,
+) -> None:
+    """The rebuild is one transaction: killed half way (the old table dropped, its copy not
+    committed, the log holding pages of both), the file still holds the old journal, and the
+    next open rebuilds it in full."""
+    db = tmp_path / "v9.db"
+    _old_sqlite_file(db)
+    conn = sqlite3.connect(db)
+    # More than SQLite's page cache holds: the rebuild spills pages to the log before it commits.
+    filler = json.dumps("x" * 1000)
+    conn.executemany(
+        OPERATION_INSERT,
+        [
+            (
+                "run-7",
+                f"tool:{n}:f",
+                10 + n,
+                "tool",
+                "completed",
+                "safe",
+                "h",
+                filler,
+                filler,
+                "2026-01-01",
+                "2026-01-01",
+            )
+            for n in range(3000)
+        ],
+    )
+    conn.commit()
+    conn.close()
+    child = subprocess.run(
+        [sys.executable, "-c", _DIES_IN_MIGRATION, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    conn = sqlite3.connect(db)
+    try:
+        version = conn.execute("SELECT schema_version FROM stead_meta").fetchone()[0]
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(stead_operations)")]
+        count = conn.execute("SELECT COUNT(*) FROM stead_operations").fetchone()[0]
+    finally:
+        conn.close()
+    assert (version, "id" in columns, count) == (9, False, len(OLD_OPERATIONS) + 3000)
+    store = await _acquire(stead.SqliteStore(db))
+    try:
+        keys = await store.read(lambda tx: [op.key for op in tx.operations("run-7")])
+    finally:
+        await store.aclose()
+    assert keys[:2] == ["tool:1:c", "model:1"] and len(keys) == 3002
+    assert keys[2:4] == ["tool:0:f", "tool:1:f"]
 
 
 async def test_every_statement_a_run_makes_on_its_operations_searches_by_a_key(
