@@ -67,6 +67,22 @@ class PgJournal:
 Journal = Path | str | PgJournal
 
 
+def schema_at(conn: Any, version: int, dialect: str = "sqlite") -> None:
+    """Create stead's schema as version ``version`` left it on ``conn`` (a ``sqlite3``
+    connection, or a PostgreSQL one whose search path is the schema), with its meta row: a
+    journal an older stead wrote, for a newer one to migrate."""
+    from stead.store.migrate import migrations, statements
+
+    for number, script in migrations(dialect):
+        if number <= version:
+            if dialect == "sqlite":
+                for statement in statements(script):
+                    conn.execute(statement)
+            else:
+                conn.execute(script)
+    conn.execute(f"INSERT INTO stead_meta (singleton, schema_version) VALUES (1, {int(version)})")
+
+
 def journal_events(db: Journal, run_id: str | None = None) -> list[Event]:
     """Every event of the journal (of one run), in sequence order: the event rows and the
     events that operation rows announce."""

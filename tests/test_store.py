@@ -21,7 +21,7 @@ import stead
 from stead.store.sqlite import SCHEMA_VERSION
 from stead.testing import ScriptedModel
 
-from ._journal import journal_events, submission
+from ._journal import journal_events, schema_at, submission
 from .conftest import paused_app
 
 
@@ -232,15 +232,9 @@ async def test_a_client_writing_after_a_crash_continues_above_a_result_committed
 def test_an_older_file_keeps_the_highest_result_sequence_when_migrated(tmp_path: Any) -> None:
     """Migration 8 drops the index of result sequences; the highest one is kept in the meta
     row first, so an owner opening the file continues above it."""
-    from stead.store.migrate import migrations, statements
-
     db = str(tmp_path / "v7.db")
     conn = sqlite3.connect(db)
-    for number, script in migrations():
-        if number <= 7:
-            for statement in statements(script):
-                conn.execute(statement)
-    conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 7)")
+    schema_at(conn, 7)
     conn.execute(
         "INSERT INTO stead_runs (id, session_id, request_id, kind, agent_id, version, status, "
         "input, submission_digest, created_at, updated_at) VALUES ('run-1', 's', 'r', 'agent', "

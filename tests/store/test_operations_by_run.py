@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import stead
-from stead.store.migrate import migrations, statements
 from stead.testing import ScriptedModel
 
+from .._journal import schema_at
 from .test_postgres import POSTGRES_URL, needs_postgres
 
 SPAN = 1 << 32
@@ -119,11 +119,7 @@ async def _check_reads(store: Any) -> None:
 
 def _old_sqlite_file(path: Path) -> None:
     conn = sqlite3.connect(path)
-    for number, script in migrations():
-        if number <= 9:
-            for statement in statements(script):
-                conn.execute(statement)
-    conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 9)")
+    schema_at(conn, 9)
     conn.executemany(RUN_INSERT, [_run_row(3), _run_row(7)])
     conn.executemany(OPERATION_INSERT, [_operation_row(*row) for row in OLD_OPERATIONS])
     conn.commit()
@@ -310,10 +306,7 @@ async def test_an_older_postgres_journal_is_keyed_by_run_and_position() -> None:
     try:
         conn.execute(f'CREATE SCHEMA "{schema}"')
         conn.execute(f'SET search_path TO "{schema}"')
-        for number, script in migrations("postgres"):
-            if number <= 6:
-                conn.execute(script)
-        conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 6)")
+        schema_at(conn, 6, "postgres")
         with conn.cursor() as cursor:
             cursor.executemany(
                 RUN_INSERT.replace("VALUES", "OVERRIDING SYSTEM VALUE VALUES").replace("?", "%s"),

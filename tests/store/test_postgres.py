@@ -18,6 +18,8 @@ import stead
 from stead.journal import transitions
 from stead.journal.events import StatusChanged
 
+from .._journal import schema_at
+
 POSTGRES_URL = os.environ.get("STEAD_TEST_POSTGRES_URL")
 needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="STEAD_TEST_POSTGRES_URL is not set")
 
@@ -121,7 +123,6 @@ async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str)
     (sequences come from the counter), version 6 adds a run's interruptions, version 7 keys
     operations by run and position: an older schema is migrated, and a run's events still read
     back in order, gap-free."""
-    from stead.store.migrate import migrations
     from stead.store.postgres.store import SCHEMA_VERSION
     from stead.testing import ScriptedModel
 
@@ -129,10 +130,7 @@ async def test_a_schema_of_version_4_is_migrated_and_its_runs_go_on(schema: str)
     conn = old.connect()
     try:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-        for number, script in migrations("postgres"):
-            if number <= 4:
-                conn.execute(script)
-        conn.execute("INSERT INTO stead_meta (singleton, schema_version) VALUES (1, 4)")
+        schema_at(conn, 4, "postgres")
     finally:
         conn.close()
 
