@@ -44,6 +44,7 @@ from ...journal.protocol import Durability
 from ...journal.records import Claim, Notice
 from ..migrate import SCHEMA_VERSION, migrate, schema_version, verify_schema
 from .client import ClientSide as _ClientSide
+from .disk import DiskWaker, open_waker
 from .tx import MAX_SEQUENCE_SQL, SqliteTx
 from .writer import Writer
 
@@ -171,6 +172,7 @@ class SqliteStore:
         self._token: str | None = None
         self._checkpointer: _Checkpointer | None = None
         self._wal_fd: int | None = None
+        self._waker: DiskWaker | None = None
         self._lock_fd: int | None = None
         self._identity: tuple[int, int] | None = None
         #: The WAL's, as opened for flushing (the file keeps its inode while the store is open:
@@ -262,6 +264,7 @@ class SqliteStore:
             wal = os.fstat(self._wal_fd)
             self._wal_identity = (wal.st_dev, wal.st_ino)
             sync = self._sync_wal
+            self._waker = open_waker(self.path)
         self._conn = conn
         self._writer = Writer(
             self,
@@ -271,6 +274,7 @@ class SqliteStore:
             sync=sync,
             always=self.fsync == "always",
             name=f"stead-fsync:{self.path}",
+            wake=None if self._waker is None else self._waker.wake,
         )
         if not self.memory:
             self._checkpointer = _Checkpointer(self.path, self.busy_timeout)
@@ -577,6 +581,9 @@ class SqliteStore:
             if self._wal_fd is not None:
                 os.close(self._wal_fd)  # SQLite holds no locks on the WAL file itself
                 self._wal_fd = self._wal_identity = None
+            if self._waker is not None:
+                self._waker.close()
+                self._waker = None
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
                 self._lock_fd = None

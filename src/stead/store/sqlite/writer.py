@@ -16,6 +16,9 @@ the jobs queued before it, and a barrier's fsync with it: nobody else would join
 the caller saves two turns of the loop. A side effect's result that the run does not wait for
 (a *lazy barrier*) waits in the queue instead, so that the write the run waits for next (its
 next model call's intent) shares its commit and its fsync.
+A flush that follows a pause in the disk's work is preceded by a read the flush thread sends
+the disk while the loop builds the commit (``stead.store.sqlite.disk``): disks that are slow to
+answer after a pause are awake by the time the flush starts.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
@@ -77,6 +80,9 @@ class Writer:
     lazy_delay = 0.002
     #: Lazy writes queued before they commit anyway.
     max_lazy = 256
+    #: Seconds since the disk last flushed (or was woken) after which a flush to come wakes it
+    #: first (see ``stead.store.sqlite.disk``).
+    wake_after = 0.0005
 
     def __init__(
         self,
@@ -88,6 +94,7 @@ class Writer:
         sync: Callable[[], None] | None,
         always: bool,
         name: str,
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self._backend = backend
         self._loop = loop
@@ -95,6 +102,10 @@ class Writer:
         self._on_fatal = on_fatal
         self._sync = sync
         self._always = always
+        #: Sends the disk a request, on the flush thread, ahead of a flush (``disk.DiskWaker``).
+        self._wake = wake
+        #: When the disk last flushed or was woken (loop time); the store has just flushed it.
+        self._last_io = loop.time()
         self._pending: list[Job[Any]] = []
         #: The jobs of ``_pending`` by their future, for :meth:`amend` (many runs queue jobs
         #: between a tool's intent and its result: no scan of the queue each time).
@@ -151,6 +162,8 @@ class Writer:
         if self.poisoned is not None:
             answer(job, self.poisoned)
             return future
+        if self._wake is not None and (barrier or (self._always and not read_only)):
+            self._wake_disk()
         self._pending.append(job)
         self._queued[future] = job
         self._idle.clear()
@@ -168,6 +181,18 @@ class Writer:
             if self._timer is None:
                 self._timer = self._loop.call_at(self._lazy_since + self.lazy_delay, self._due)
         return future
+
+    def _wake_disk(self) -> None:
+        """A flush is coming: if the disk has had nothing to do for :attr:`wake_after`
+        seconds, have the flush thread send it a read while the loop builds the commit, so that
+        the flush does not find it idle (see ``stead.store.sqlite.disk``)."""
+        now = self._loop.time()
+        if self._syncing or now - self._last_io < self.wake_after:
+            return
+        self._last_io = now
+        assert self._wake is not None
+        with contextlib.suppress(RuntimeError):  # closed: the flush thread is gone
+            self._executor.submit(self._placement.run, self._wake)
 
     def _may_commit_here(self) -> bool:
         """Whether a job someone waits for may be committed at once, in the caller's own
@@ -333,6 +358,7 @@ class Writer:
 
     def _synced_to(self, target: int, exc: BaseException | None) -> None:
         self._syncing = False
+        self._last_io = self._loop.time()
         if exc is not None:
             if isinstance(exc, StorageError):
                 error = exc
