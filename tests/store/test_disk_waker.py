@@ -1,13 +1,12 @@
 """The SQLite store wakes the disk before a barrier flushes it (``stead.store.sqlite.disk``):
-when a barrier is queued after a pause, the flush thread reads a block of the database file past
-the page cache while the loop commits; nothing else changes, and where direct reads are refused
+when a flush is coming after a pause, the writer first has the kernel read a block of the owner's
+lock file back from the disk, not waiting for it; nothing else changes, and where that is refused
 barriers flush as before."""
 
 from __future__ import annotations
 
 import errno
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,151 +17,124 @@ from stead.store.sqlite.store import SqliteStore
 from stead.store.sqlite.writer import Writer
 from stead.testing import ScriptedModel
 
+needs_fadvise = pytest.mark.skipif(
+    not hasattr(os, "posix_fadvise"), reason="the platform has no posix_fadvise"
+)
+
 
 def _app() -> stead.App:
     return stead.App(agents=[stead.Agent(id="a", version="1", model=ScriptedModel(["ok"]))])
 
 
-def _direct_reads(path: Path) -> bool:
-    """Whether the file system under ``path`` takes direct reads at all."""
-    path.write_bytes(b"\0" * disk.BLOCK)
-    waker = disk.open_waker(str(path))
-    if waker is None:
-        return False
-    waker.close()
-    return True
-
-
 @pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
-    """The store's flushes and the disk's wakes, in the order they ran, each with the thread
-    that ran it."""
-    seen: dict[str, list[str]] = {"flush": [], "wake": []}
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The store's flushes and the disk's wakes, in the order they happened."""
+    order: list[str] = []
     real_sync, real_wake = SqliteStore._sync_wal, disk.DiskWaker.wake
 
     def sync(store: SqliteStore) -> None:
-        seen["flush"].append(threading.current_thread().name)
+        order.append("flush")
         real_sync(store)
 
     def wake(waker: disk.DiskWaker) -> None:
-        seen["wake"].append(threading.current_thread().name)
+        order.append("wake")
         real_wake(waker)
 
     monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
     monkeypatch.setattr(disk.DiskWaker, "wake", wake)
-    return seen
+    return order
 
 
-async def _one_run(db: str, fsync: str = "barriers") -> None:
-    async with await _app().open(stead.SqliteStore(db, fsync=fsync)) as runtime:  # type: ignore[arg-type]
+async def _one_run(store: SqliteStore) -> None:
+    async with await _app().open(store) as runtime:
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "ok"
 
 
-@pytest.mark.parametrize("fsync", ["barriers", "always"])
-async def test_every_flush_after_a_pause_is_preceded_by_a_wake_on_the_flush_thread(
-    db: str,
-    fsync: str,
-    tmp_path: Path,
-    counted: dict[str, list[str]],
-    monkeypatch: pytest.MonkeyPatch,
+@needs_fadvise
+async def test_each_barrier_after_a_pause_wakes_the_disk_before_its_flush(
+    db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With every moment a pause (``wake_after`` 0), each flush a run waits for — with
-    ``barriers`` its submission and its end, with ``always`` every commit — had a wake sent
-    ahead of it, from the writer's flush thread, not the loop; the commits between barriers
-    (the model call's intent) wake nothing."""
-    if not _direct_reads(tmp_path / "probe"):
-        pytest.skip("this file system refuses O_DIRECT reads")
+    """With every moment a pause (``wake_after`` 0): the store wakes the disk when it opens,
+    then each of the run's two barriers (its submission, its end) wakes it before it flushes;
+    the commit between them (the model call's intent) neither wakes nor flushes."""
     monkeypatch.setattr(Writer, "wake_after", 0.0)
-    await _one_run(db, fsync)
-    if fsync == "barriers":
-        assert len(counted["flush"]) == len(counted["wake"]) == 2
-    else:  # the submission, the model call's intent and its result, the end; with no pause
-        # at all, two jobs of one commit each send a wake
-        assert len(counted["flush"]) >= 3
-        assert len(counted["wake"]) >= len(counted["flush"])
-    assert all(name.startswith("stead-fsync:") for name in counted["wake"])
+    await _one_run(stead.SqliteStore(db))
+    assert seen == ["wake", "wake", "flush", "wake", "flush"]
 
 
+@needs_fadvise
+async def test_with_fsync_always_every_commit_after_a_pause_wakes_the_disk_first(
+    db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Writer, "wake_after", 0.0)
+    await _one_run(stead.SqliteStore(db, fsync="always"))
+    flushes = [i for i, what in enumerate(seen) if what == "flush"]
+    assert len(flushes) >= 3  # the submission, the model call's intent and result, the end
+    assert all(seen[i - 1] == "wake" for i in flushes)
+
+
+@needs_fadvise
 async def test_a_flush_right_behind_another_wakes_nothing(
-    db: str, tmp_path: Path, counted: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
+    db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A disk that flushed within ``wake_after`` is at work: no read is sent."""
-    if not _direct_reads(tmp_path / "probe"):
-        pytest.skip("this file system refuses O_DIRECT reads")
+    """A disk that flushed within ``wake_after`` is at work: no read is sent (beyond the one
+    when the store opens)."""
     monkeypatch.setattr(Writer, "wake_after", 3600.0)
-    await _one_run(db)
-    assert len(counted["flush"]) == 2
-    assert counted["wake"] == []
+    await _one_run(stead.SqliteStore(db))
+    assert seen == ["wake", "flush", "flush"]
 
 
-async def test_where_direct_reads_are_refused_barriers_flush_as_before(
-    db: str, counted: dict[str, list[str]], monkeypatch: pytest.MonkeyPatch
+@needs_fadvise
+async def test_the_lock_file_gets_one_block_of_zeros_and_keeps_it(db: str) -> None:
+    """What the wake reads: one block of the lock file, written once; an existing lock file of
+    an older stead (empty) gets it when a runtime first opens the database."""
+    lock = Path(f"{db}-lock")
+    await _one_run(stead.SqliteStore(db))
+    assert lock.read_bytes() == bytes(disk.BLOCK)
+    lock.write_bytes(b"")
+    async with await _app().open(stead.SqliteStore(db)):
+        assert lock.read_bytes() == bytes(disk.BLOCK)
+
+
+async def test_where_the_kernel_refuses_barriers_flush_as_before(
+    db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file system (or platform) that refuses ``O_DIRECT``: the store opens without a waker
-    and its runs are durable as ever."""
+    """A platform or file system that refuses ``posix_fadvise``: the store opens without a
+    waker, and its runs are durable as ever."""
 
-    def refused(fd: int, buffers: list[object], offset: int) -> int:
+    def refused(fd: int, offset: int, length: int, advice: int) -> None:
         raise OSError(errno.EINVAL, "Invalid argument")
 
     monkeypatch.setattr(Writer, "wake_after", 0.0)
-    monkeypatch.setattr(disk.os, "preadv", refused)
+    monkeypatch.setattr(disk.os, "posix_fadvise", refused, raising=False)
     store = stead.SqliteStore(db)
     async with await _app().open(store) as runtime:
         assert store._waker is None
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "ok"
-    assert len(counted["flush"]) == 2
-    assert counted["wake"] == []
+    assert seen == ["wake", "flush", "flush"]  # the one tried at open, refused
 
 
-async def test_a_read_refused_later_turns_waking_off_and_the_run_goes_on(
-    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@needs_fadvise
+async def test_a_wake_refused_later_turns_waking_off_and_the_run_goes_on(
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A direct read that fails after the one at open (the file moved to a file system that
-    refuses them, say) closes the waker: later barriers send nothing, the run completes."""
-    if not _direct_reads(tmp_path / "probe"):
-        pytest.skip("this file system refuses O_DIRECT reads")
+    """A wake the kernel refuses after the one at open: later barriers send nothing, and the
+    run completes."""
     monkeypatch.setattr(Writer, "wake_after", 0.0)
-    reads: list[int] = []
-    real = os.preadv
+    calls: list[int] = []
+    real = os.posix_fadvise
 
-    def once_then_refused(fd: int, buffers: list[object], offset: int) -> int:
-        reads.append(fd)
-        if len(reads) > 1:  # the read at open passes, the first wake is refused
+    def once_then_refused(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append(advice)
+        if len(calls) > 2:  # the wake at open (two calls) passes, the next is refused
             raise OSError(errno.EIO, "Input/output error")
-        return real(fd, buffers, offset)  # type: ignore[arg-type]
+        real(fd, offset, length, advice)
 
-    monkeypatch.setattr(disk.os, "preadv", once_then_refused)
-    store = stead.SqliteStore(db)
-    async with await _app().open(store) as runtime:
-        waker = store._waker
-        assert waker is not None
-        run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
-        assert (await run.result()).output == "ok"
-    assert len(reads) == 2  # the end's barrier found waking off
-    assert waker._fd == -1
-
-
-def test_the_waker_reads_the_files_first_block_and_changes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "file"
-    if not _direct_reads(path):
-        pytest.skip("this file system refuses O_DIRECT reads")
-    path.write_bytes(bytes(range(256)) * 64)
-    before = path.read_bytes()
-    waker = disk.DiskWaker(str(path))
-    try:
-        waker.wake()
-        assert bytes(waker._buffer) == before[: disk.BLOCK]
-    finally:
-        waker.close()
-    waker.close()  # closing twice is harmless
-    waker.wake()  # and a closed waker reads nothing
-    assert path.read_bytes() == before
-
-
-def test_no_waker_for_a_file_that_cannot_be_opened(tmp_path: Path) -> None:
-    assert disk.open_waker(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(disk.os, "posix_fadvise", once_then_refused)
+    await _one_run(stead.SqliteStore(db))
+    assert len(calls) == 3  # the end's barrier found waking off
 
 
 async def test_an_in_memory_store_has_no_waker() -> None:

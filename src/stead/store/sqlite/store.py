@@ -264,7 +264,8 @@ class SqliteStore:
             wal = os.fstat(self._wal_fd)
             self._wal_identity = (wal.st_dev, wal.st_ino)
             sync = self._sync_wal
-            self._waker = open_waker(self.path)
+            if lock_fd is not None:
+                self._waker = open_waker(lock_fd)
         self._conn = conn
         self._writer = Writer(
             self,
@@ -581,9 +582,7 @@ class SqliteStore:
             if self._wal_fd is not None:
                 os.close(self._wal_fd)  # SQLite holds no locks on the WAL file itself
                 self._wal_fd = self._wal_identity = None
-            if self._waker is not None:
-                self._waker.close()
-                self._waker = None
+            self._waker = None  # it reads the lock file, closed next
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the owner's lock
                 self._lock_fd = None

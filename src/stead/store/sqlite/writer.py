@@ -16,9 +16,9 @@ the jobs queued before it, and a barrier's fsync with it: nobody else would join
 the caller saves two turns of the loop. A side effect's result that the run does not wait for
 (a *lazy barrier*) waits in the queue instead, so that the write the run waits for next (its
 next model call's intent) shares its commit and its fsync.
-A flush that follows a pause in the disk's work is preceded by a read the flush thread sends
-the disk while the loop builds the commit (``stead.store.sqlite.disk``): disks that are slow to
-answer after a pause are awake by the time the flush starts.
+A flush that follows a pause in the disk's work is preceded by a read sent to the disk, not
+waited for, before the loop builds the commit (``stead.store.sqlite.disk``): disks that are slow
+to answer after a pause are at work again by the time the flush starts.
 Results are delivered in commit order, each once the disk flush it needs has happened, so nothing
 is acknowledged before it is durable, and the loop does not block on the disk while others wait.
 
@@ -102,7 +102,7 @@ class Writer:
         self._on_fatal = on_fatal
         self._sync = sync
         self._always = always
-        #: Sends the disk a request, on the flush thread, ahead of a flush (``disk.DiskWaker``).
+        #: Sends the disk a read, not waited for, ahead of a flush (``disk.DiskWaker``).
         self._wake = wake
         #: When the disk last flushed or was woken (loop time); the store has just flushed it.
         self._last_io = loop.time()
@@ -184,15 +184,17 @@ class Writer:
 
     def _wake_disk(self) -> None:
         """A flush is coming: if the disk has had nothing to do for :attr:`wake_after`
-        seconds, have the flush thread send it a read while the loop builds the commit, so that
-        the flush does not find it idle (see ``stead.store.sqlite.disk``)."""
+        seconds, send it a read (not waited for) before the loop builds the commit, so that the
+        flush does not find it idle (see ``stead.store.sqlite.disk``). Refused, waking stops."""
         now = self._loop.time()
         if self._syncing or now - self._last_io < self.wake_after:
             return
         self._last_io = now
         assert self._wake is not None
-        with contextlib.suppress(RuntimeError):  # closed: the flush thread is gone
-            self._executor.submit(self._placement.run, self._wake)
+        try:
+            self._wake()
+        except OSError:
+            self._wake = None
 
     def _may_commit_here(self) -> bool:
         """Whether a job someone waits for may be committed at once, in the caller's own
