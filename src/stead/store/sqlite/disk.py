@@ -1,14 +1,14 @@
 """Waking the disk before a barrier flushes it.
 
-On the virtual machines stead is measured on, and on disks that save power when left alone, the
-requests that follow a pause in the disk's work are slow: after about a millisecond with nothing
-asked of it, each of the next ones took 200-400 µs to complete instead of 15-35. A barrier's
-``fdatasync`` of the write-ahead log is three such requests in a row (the log's new pages; its
-inode, whose modification time a write moves; the flush of the disk's cache), so a barrier that
-follows a pause costs most of a millisecond more than the same flush right behind other work of
-the disk. In an agent's run a pause before a barrier is the rule, not the exception: the run's own
-work between two barriers (its model calls, its tools) does not touch the disk, since the commits
-between barriers are not flushed.
+On the virtual machines stead is measured on, the requests that follow a pause in the disk's work
+are slow: after about a millisecond with nothing asked of it, each of the next ones took 200-400 µs
+to complete instead of 15-35. A barrier's ``fdatasync`` of the write-ahead log was three such
+requests in a row there (the log's new pages; its inode, whose modification time a write moves, on
+a file system without a journal; the flush of the disk's cache), so a barrier that follows a pause
+costs most of a millisecond more than the same flush right behind other work of the disk. In an
+agent's run a pause before a barrier is the rule, not the exception: the run's own work between two
+barriers (its model calls, its tools) does not touch the disk, since the commits between barriers
+are not flushed.
 
 So when a barrier is queued and the store has not flushed for a while, the writer first asks the
 kernel to read one block of the owner's lock file from the disk: the block is dropped from the
@@ -42,7 +42,7 @@ class DiskWaker:
 
     def wake(self) -> None:
         """Drop the block from the page cache and have the kernel read it back: one read sent to
-        the disk, not waited for (on the event loop: a few microseconds)."""
+        the disk, not waited for (about 16 µs on the event loop, on the machine measured)."""
         os.posix_fadvise(self._fd, 0, BLOCK, os.POSIX_FADV_DONTNEED)
         os.posix_fadvise(self._fd, 0, BLOCK, os.POSIX_FADV_WILLNEED)
 
