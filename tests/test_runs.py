@@ -780,6 +780,48 @@ async def test_result_of_a_run_executing_here_waits_for_its_end_without_reading_
         assert (await asyncio.wait_for(waiter, 5)).output == "done"
 
 
+async def test_an_outcome_is_held_for_the_result_waiting_for_it_and_no_longer(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A completed run's outcome holds its whole conversation: the runtime keeps it in memory
+    only to hand it to the result() waiting when the run ends. A later result(), and that of
+    a run nobody waited for, read the journal, and get the same outcome."""
+    import gc
+
+    import stead.runtime.runtime as runtime_module
+
+    reads = counted_outcome_reads(monkeypatch, runtime_module)
+    model = ScriptedModel(
+        [[stead.ToolCall(name="charge", arguments={"amount": 1}, id="c1")], "done"], keep_requests=0
+    )
+    app = stead.App(agents=[_agent(model, [ledger_tool([])])])
+
+    def held(run_id: str) -> list[stead.RunOutcome]:
+        gc.collect()
+        return [
+            o for o in gc.get_objects() if isinstance(o, stead.RunOutcome) and o.run_id == run_id
+        ]
+
+    def same(a: stead.RunOutcome, b: stead.RunOutcome) -> bool:
+        return (a.output, list(a.messages), a.usage) == (b.output, list(b.messages), b.usage)
+
+    async with await app.open(open_store(db)) as runtime:
+        run = await runtime.submit("agent", session_id="s", request_id="r", prompt="go")
+        waited = await run.result()
+        assert waited.output == "done" and reads == []  # handed over from memory
+        assert len(held(run.id)) == 1  # the one the test holds
+        again = await run.result()
+        assert reads == [run.id] and same(again, waited)
+
+        left = await runtime.submit("agent", session_id="l", request_id="r", prompt="go")
+        while (await left.status()) is not stead.RunStatus.COMPLETED:
+            await asyncio.sleep(0.01)
+        assert held(left.id) == []
+        reads.clear()
+        late = await left.result()
+        assert reads == [left.id] and late.output == "done" and len(late.messages) == 4
+
+
 async def test_retry_conflicts_once_the_session_has_moved_on(db: str) -> None:
     def answer(request: stead.ModelRequest) -> str:
         if request.messages[-1].content == "first":  # type: ignore[union-attr]

@@ -184,6 +184,10 @@ class EventHub:
             if not flags:
                 del self._ended[run_id]
 
+    def awaited(self, run_id: str) -> bool:
+        """Whether a ``result()`` waits for the run's end now."""
+        return run_id in self._ended
+
     @property
     def waiting(self) -> int:
         """How many result() calls wait (for tests of leaks)."""

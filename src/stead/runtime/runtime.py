@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Limits", "Runtime"]
 
+#: Outcomes kept for waiting ``result()`` calls, at most (see :meth:`Runtime._completed`).
 _OUTCOME_CACHE = 1024
 
 
@@ -373,7 +374,7 @@ class Runtime(Client):
     async def _await_outcome(self, run_id: str) -> RunOutcome:
         def remembered() -> RunOutcome | None:
             self._check()
-            return self._outcomes.get(run_id)
+            return self._outcomes.pop(run_id, None)
 
         async def read() -> RunOutcome | None:
             found = await self.store.read(lambda tx: _read_outcome(tx, run_id))
@@ -385,12 +386,12 @@ class Runtime(Client):
         return await self._hub.outcome(run_id, remembered, read)
 
     def _completed(self, run_id: str, completion: Completion) -> None:
-        # Completed and on disk: answer result() from memory (bounded; the journal is truth).
-        self._outcomes[run_id] = RunOutcome(
-            run_id=run_id,
-            output=completion.output,
-            messages=completion.messages,
-            usage=completion.usage,
-        )
-        while len(self._outcomes) > _OUTCOME_CACHE:
+        """Completed and on disk: the first ``result()`` waiting now takes the outcome from
+        memory, others read the journal. None is kept for a run nobody waits for: an outcome
+        holds the run's conversation, by the thousand on a runtime serving long runs."""
+        if not self._hub.awaited(run_id):
+            return
+        output, messages, usage = completion.output, completion.messages, completion.usage
+        self._outcomes[run_id] = RunOutcome(run_id, output, messages, usage)
+        while len(self._outcomes) > _OUTCOME_CACHE:  # their waiters were cancelled meanwhile
             self._outcomes.pop(next(iter(self._outcomes)))
