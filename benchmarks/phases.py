@@ -18,9 +18,13 @@ Each phase shows its wall time, the time spent in SQLite statements (every ``exe
 0.5 µs to each), the time in ``fdatasync``, and the rest: Python — stead's own, asyncio's and
 the tool's hand-off to its thread. Medians over runs, each on a fresh file as ``peers.py`` has
 them (opening the store is not timed). ``--tool-on-loop`` declares the tool ``blocking=False``,
-so it runs on the event loop with no hand-off.
+so it runs on the event loop with no hand-off. ``--nth N`` measures the N-th run of each
+runtime instead of its first (the ones before it untimed): what a run costs without what a
+runtime's first run pays once, such as the statements its connection prepares the first time it
+runs them.
 
     .venv/bin/python benchmarks/phases.py [--runs 200] [--warmup 5] [--dir PATH] [--tool-on-loop]
+                                          [--nth 1]
 """
 
 from __future__ import annotations
@@ -204,26 +208,34 @@ def _app(marks: list[Mark], tool_on_loop: bool) -> stead.App:
     return stead.App(agents=[stead_agent(_MarkedModel(marks), blocking=not tool_on_loop)])
 
 
-async def _run(app: stead.App, marks: list[Mark], folder: Path, n: int) -> RunMarks:
+async def _run(app: stead.App, marks: list[Mark], folder: Path, n: int, nth: int) -> RunMarks:
+    """The ``nth`` run of a runtime opened on a fresh file in ``folder`` (those before it
+    untimed)."""
     async with await app.open(stead.SqliteStore(str(folder / "stead.db"))) as runtime:
-        marks.clear()
-        start = SPENT.mark()
-        handle = await runtime.submit(
-            "bench", session_id=f"s{n}", request_id=f"r{n}", prompt=PROMPT
-        )
-        submitted = SPENT.mark()
-        outcome = await handle.result()
-        end = SPENT.mark()
-    if outcome.output != FINAL_ANSWER or len(marks) != TOOL_CALLS + 1:
-        raise BenchError(
-            f"stead: run {n} answered {outcome.output!r} after {len(marks)} model calls, "
-            f"expected {FINAL_ANSWER!r} after {TOOL_CALLS + 1}"
-        )
+        for k in range(1, nth + 1):
+            marks.clear()
+            start = SPENT.mark()
+            handle = await runtime.submit(
+                "bench", session_id=f"s{n}-{k}", request_id=f"r{n}", prompt=PROMPT
+            )
+            submitted = SPENT.mark()
+            outcome = await handle.result()
+            end = SPENT.mark()
+            if outcome.output != FINAL_ANSWER or len(marks) != TOOL_CALLS + 1:
+                raise BenchError(
+                    f"stead: run {n} answered {outcome.output!r} after {len(marks)} model "
+                    f"calls, expected {FINAL_ANSWER!r} after {TOOL_CALLS + 1}"
+                )
     return RunMarks(start, submitted, tuple(marks), end)
 
 
-def measure(runs: int, warmup: int, base: Path, *, tool_on_loop: bool = False) -> list[RunMarks]:
-    """``runs`` runs after ``warmup`` uncounted ones, each on a fresh file under ``base``."""
+def measure(
+    runs: int, warmup: int, base: Path, *, tool_on_loop: bool = False, nth: int = 1
+) -> list[RunMarks]:
+    """``runs`` runs after ``warmup`` uncounted ones, each the ``nth`` run of a runtime opened
+    on a fresh file under ``base``."""
+    if nth < 1:
+        raise BenchError(f"nth counts a runtime's runs from 1, got {nth}")
     marks: list[Mark] = []
     app = _app(marks, tool_on_loop)
     measured = []
@@ -232,7 +244,7 @@ def measure(runs: int, warmup: int, base: Path, *, tool_on_loop: bool = False) -
             run_dir = Path(folder) / f"run-{n}"
             run_dir.mkdir()
             collect_garbage()
-            run = asyncio.run(_run(app, marks, run_dir, n))
+            run = asyncio.run(_run(app, marks, run_dir, n, nth))
             if n >= warmup:
                 measured.append(run)
     return measured
@@ -275,13 +287,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="declare the tool blocking=False: it runs on the event loop, with no hand-off",
     )
+    parser.add_argument(
+        "--nth",
+        type=int,
+        default=1,
+        help="measure the N-th run of each runtime (the ones before it untimed; default: its "
+        "first, as peers.py has it)",
+    )
     args, base = parse_runs(parser, argv)
-    runs = measure(args.runs, args.warmup, base, tool_on_loop=args.tool_on_loop)
+    if args.nth < 1:
+        parser.error(f"--nth counts a runtime's runs from 1, got {args.nth}")
+    runs = measure(args.runs, args.warmup, base, tool_on_loop=args.tool_on_loop, nth=args.nth)
     where = "on the event loop" if args.tool_on_loop else "on its thread"
+    which = "" if args.nth == 1 else f", each its runtime's run {args.nth}"
     console.print(
         table_of(
             medians(runs),
-            f"a run of peers.py's loop, the tool {where}: medians of {args.runs} fresh files",
+            f"a run of peers.py's loop, the tool {where}: medians of {args.runs} fresh "
+            f"files{which}",
         )
     )
     return 0
