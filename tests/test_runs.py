@@ -814,8 +814,11 @@ async def test_an_outcome_is_held_for_the_result_waiting_for_it_and_no_longer(
         assert reads == [run.id] and same(again, waited)
 
         left = await runtime.submit("agent", session_id="l", request_id="r", prompt="go")
-        while (await left.status()) is not stead.RunStatus.COMPLETED:
+        for _ in range(1000):
+            if (await left.status()).terminal:
+                break
             await asyncio.sleep(0.01)
+        assert (await left.status()) is stead.RunStatus.COMPLETED
         assert held(left.id) == []
         reads.clear()
         late = await left.result()
