@@ -67,6 +67,78 @@ async def test_a_worker_thread_returns_the_result_raises_the_error_and_sees_the_
         await run_in_thread(boom)
 
 
+async def test_a_loop_waiting_for_a_call_itself_hears_through_the_pipe_only_when_it_waits_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loop with nothing else to do waits for a call's outcome itself. An outcome that is
+    there when the loop looks (the thread, woken on the loop's CPU, mostly runs the call within
+    the write that wakes it) is taken as it is, with no byte through the thread's answer pipe;
+    a loop that waits on the pipe gets a byte there; an outcome that outlasts the wait comes
+    through the mailbox. Every call gets its own answer, and no pipe is left with a byte."""
+    import asyncio
+    import os
+    import select
+    import time
+
+    from stead import _threads
+
+    pool = _threads._pool
+    answered: list[int] = []  # answer pipes written to
+
+    class _CountingOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        def write(self, fd: int, data: bytes) -> int:
+            if any(fd == worker.answer[1] for worker in pool.workers):
+                answered.append(fd)
+            return os.write(fd, data)
+
+    monkeypatch.setattr(_threads, "os", _CountingOs())
+    ready_first = True
+    hand = _threads._Worker.hand
+
+    def hand_and_let_it_run(worker: _threads._Worker) -> None:
+        """Wake the thread; with ``ready_first``, return once it has run the call (as the
+        thread woken on the loop's CPU mostly has before the loop looks)."""
+        call = worker.calls[-1]
+        hand(worker)
+        deadline = time.monotonic() + 5
+        while ready_first and call.outcome is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+
+    monkeypatch.setattr(_threads._Worker, "hand", hand_and_let_it_run)
+
+    def slow(value: int, seconds: float) -> int:
+        time.sleep(seconds)
+        return value
+
+    withdraw = _threads.wait_here_when(asyncio.get_running_loop(), lambda: True)
+    try:
+        await _threads.run_in_thread(int)  # a thread to wake
+        answered.clear()
+        assert [await _threads.run_in_thread(slow, n, 0) for n in range(5)] == list(range(5))
+        assert answered == []  # taken as they were: no byte written, none to read
+
+        ready_first = False
+        monkeypatch.setattr(_threads, "HERE", 5.0)  # the loop waits on the pipe until answered
+        assert [await _threads.run_in_thread(slow, n, 0.02) for n in range(3)] == [0, 1, 2]
+        assert len(answered) == 3  # a byte for each wait on the pipe
+
+        monkeypatch.setattr(_threads, "HERE", 0.001)  # each outlasts the loop's wait
+        assert [await _threads.run_in_thread(slow, n, 0.05) for n in range(3)] == [0, 1, 2]
+        assert len(answered) == 3  # came through the mailbox
+
+        ready_first = True
+        assert await _threads.run_in_thread(slow, 7, 0) == 7
+        assert len(answered) == 3
+    finally:
+        withdraw()
+    for worker in pool.workers:
+        readable, _, _ = select.select([worker.answer[0]], [], [], 0)
+        assert readable == [], "a byte was left in a thread's answer pipe"
+
+
 async def test_the_warmest_idle_thread_takes_the_next_call() -> None:
     """Calls one after another reuse one thread (its stack and caches are warm)."""
     from stead._threads import run_in_thread
