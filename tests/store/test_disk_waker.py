@@ -1,7 +1,7 @@
 """The SQLite store wakes the disk before a barrier flushes it (``stead.store.sqlite.disk``):
 when a flush is coming after a pause, the writer first has the kernel read a block of the owner's
-lock file back from the disk, not waiting for it; nothing else changes, and where that is refused
-barriers flush as before."""
+lock file back from the disk, not waiting for it, where its judge finds that this pays; nothing
+else changes, and where that is refused barriers flush as before."""
 
 from __future__ import annotations
 
@@ -27,7 +27,17 @@ def _app() -> stead.App:
 
 
 @pytest.fixture
-def seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def judged(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, float]]:
+    """Every judge wakes the disk when asked (it would decide by the times it has seen); what
+    the writers tell the judges: (woken, seconds) for each flush that followed a pause."""
+    told: list[tuple[bool, float]] = []
+    monkeypatch.setattr(disk.WakeJudge, "choose", lambda judge: True)
+    monkeypatch.setattr(disk.WakeJudge, "learn", lambda judge, *time: told.append(time))
+    return told
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch, judged: list[tuple[bool, float]]) -> list[str]:
     """The store's flushes and the disk's wakes, in the order they happened."""
     order: list[str] = []
     real_sync, real_wake = SqliteStore._sync_wal, disk.DiskWaker.wake
@@ -64,6 +74,31 @@ async def test_each_barrier_after_a_pause_wakes_the_disk_before_its_flush(
 
 
 @needs_fadvise
+async def test_the_judge_hears_how_long_each_barrier_after_a_pause_took_to_flush(
+    db: str, seen: list[str], judged: list[tuple[bool, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of the two barriers that followed a pause is reported to the device's judge: woken,
+    and the time its flush took, with the wake's own."""
+    monkeypatch.setattr(Writer, "wake_after", 0.0)
+    await _one_run(stead.SqliteStore(db))
+    assert [woken for woken, _ in judged] == [True, True]
+    assert all(0 < seconds < 5 for _, seconds in judged)
+
+
+@needs_fadvise
+async def test_a_judge_that_finds_waking_slower_sends_no_read_before_a_barrier(
+    db: str, seen: list[str], judged: list[tuple[bool, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where waking has not paid, the barriers flush without it (the store still wakes the disk
+    once as it opens, which shows the kernel takes the read), and the judge hears of both."""
+    monkeypatch.setattr(Writer, "wake_after", 0.0)
+    monkeypatch.setattr(disk.WakeJudge, "choose", lambda judge: False)
+    await _one_run(stead.SqliteStore(db))
+    assert seen == ["wake", "flush", "flush"]
+    assert [woken for woken, _ in judged] == [False, False]
+
+
+@needs_fadvise
 async def test_with_fsync_always_every_commit_after_a_pause_wakes_the_disk_first(
     db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,13 +111,14 @@ async def test_with_fsync_always_every_commit_after_a_pause_wakes_the_disk_first
 
 @needs_fadvise
 async def test_a_flush_right_behind_another_wakes_nothing(
-    db: str, seen: list[str], monkeypatch: pytest.MonkeyPatch
+    db: str, seen: list[str], judged: list[tuple[bool, float]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A disk that flushed within ``wake_after`` is at work: no read is sent (beyond the one
     when the store opens)."""
     monkeypatch.setattr(Writer, "wake_after", 3600.0)
     await _one_run(stead.SqliteStore(db))
     assert seen == ["wake", "flush", "flush"]
+    assert judged == []  # no pause, nothing decided
 
 
 @needs_fadvise
@@ -118,7 +154,7 @@ async def test_where_the_kernel_refuses_barriers_flush_as_before(
 
 @needs_fadvise
 async def test_a_wake_refused_later_turns_waking_off_and_the_run_goes_on(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db: str, judged: list[tuple[bool, float]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A wake the kernel refuses after the one at open: later barriers send nothing, and the
     run completes."""
@@ -143,3 +179,67 @@ async def test_an_in_memory_store_has_no_waker() -> None:
         assert store._waker is None
         run = await runtime.submit("a", session_id="s", request_id="r", prompt="go")
         assert (await run.result()).output == "ok"
+
+
+# -- the judge ---------------------------------------------------------------------------------
+
+
+def _taught(woken_s: float, skipped_s: float) -> disk.WakeJudge:
+    judge = disk.WakeJudge()
+    for _ in range(disk.WakeJudge.FIRST):
+        judge.learn(True, woken_s)
+        judge.learn(False, skipped_s)
+    return judge
+
+
+def _choices(judge: disk.WakeJudge, n: int) -> list[bool]:
+    return [judge.choose() for _ in range(n)]
+
+
+def test_the_judge_takes_both_ways_in_turn_until_it_has_times_for_each() -> None:
+    """Two by two, so that barriers of two kinds taking turns (a submission, a run's end) are
+    each seen both ways; one way's times alone decide nothing."""
+    judge = disk.WakeJudge()
+    for _ in range(disk.WakeJudge.FIRST):
+        judge.learn(True, 0.0003)
+    assert _choices(judge, 8) == [True, False, False, True, True, False, False, True]
+
+
+def test_the_judge_wakes_a_disk_that_flushes_faster_woken() -> None:
+    """A disk that sleeps (0.9 ms a flush unwoken, 0.3 woken): woken, but for every
+    EXPLORE-th decision, which tries the other way."""
+    judge = _taught(woken_s=0.0003, skipped_s=0.0009)
+    choices = _choices(judge, 2 * disk.WakeJudge.EXPLORE)
+    skipped = [n + 1 for n, woken in enumerate(choices) if not woken]
+    assert skipped == [disk.WakeJudge.EXPLORE, 2 * disk.WakeJudge.EXPLORE]
+
+
+@pytest.mark.parametrize("woken_s", [0.00065, 0.0006])
+def test_the_judge_leaves_a_disk_alone_where_waking_is_not_clearly_faster(woken_s: float) -> None:
+    """No faster, or faster by less than MARGIN of a flush's time (which is less than a wake
+    costs the loop beyond it): not woken, but for every EXPLORE-th decision."""
+    judge = _taught(woken_s=woken_s, skipped_s=0.00064)
+    choices = _choices(judge, 2 * disk.WakeJudge.EXPLORE)
+    woken = [n + 1 for n, woke in enumerate(choices) if woke]
+    assert woken == [disk.WakeJudge.EXPLORE, 2 * disk.WakeJudge.EXPLORE]
+
+
+def test_the_judge_changes_its_mind_when_the_disk_changes() -> None:
+    """Only the last WINDOW times of each way count: a disk that stops sleeping (its flushes
+    now take less unwoken) is left alone once the new times outnumber the old."""
+    judge = _taught(woken_s=0.0003, skipped_s=0.0009)
+    assert judge.choose()
+    for _ in range(disk.WakeJudge.WINDOW):
+        judge.learn(True, 0.0004)
+        judge.learn(False, 0.0003)
+    assert _choices(judge, 3) == [False, False, False]
+
+
+def test_one_judge_per_device_in_a_process(tmp_path: Path) -> None:
+    """What one store learned about a disk, the next store opened on it starts from."""
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT) for name in ("a", "b")]
+    try:
+        assert disk.judge_for(fds[0]) is disk.judge_for(fds[1])
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -275,7 +275,7 @@ class SqliteStore:
             sync=sync,
             always=self.fsync == "always",
             name=f"stead-fsync:{self.path}",
-            wake=None if self._waker is None else self._waker.wake,
+            waker=self._waker,
         )
         if not self.memory:
             self._checkpointer = _Checkpointer(self.path, self.busy_timeout)

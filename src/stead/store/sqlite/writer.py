@@ -33,6 +33,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -42,6 +43,7 @@ from ..._threads import Placement
 from ...errors import StorageError
 from ...journal.records import Notice
 from ..jobs import Job, answer, call_job, run_jobs
+from .disk import DiskWaker
 
 T = TypeVar("T")
 Tx = TypeVar("Tx")
@@ -94,7 +96,7 @@ class Writer:
         sync: Callable[[], None] | None,
         always: bool,
         name: str,
-        wake: Callable[[], None] | None = None,
+        waker: DiskWaker | None = None,
     ) -> None:
         self._backend = backend
         self._loop = loop
@@ -102,8 +104,13 @@ class Writer:
         self._on_fatal = on_fatal
         self._sync = sync
         self._always = always
-        #: Sends the disk a read, not waited for, ahead of a flush (``disk.DiskWaker``).
-        self._wake = wake
+        #: Sends the disk a read, not waited for, ahead of a flush, when that pays
+        #: (``disk.DiskWaker``).
+        self._waker = waker
+        #: A flush after a pause is coming: whether the disk was woken for it, and the seconds
+        #: the wake took on the loop; the waker learns those and the flush's own
+        #: (:meth:`_synced_to`). A later decision made before that flush replaces it.
+        self._woke: tuple[bool, float] | None = None
         #: When the disk last flushed or was woken (loop time); the store has just flushed it.
         self._last_io = loop.time()
         self._pending: list[Job[Any]] = []
@@ -162,7 +169,7 @@ class Writer:
         if self.poisoned is not None:
             answer(job, self.poisoned)
             return future
-        if self._wake is not None and (barrier or (self._always and not read_only)):
+        if self._waker is not None and (barrier or (self._always and not read_only)):
             self._wake_disk()
         self._pending.append(job)
         self._queued[future] = job
@@ -185,16 +192,20 @@ class Writer:
     def _wake_disk(self) -> None:
         """A flush is coming: if the disk has had nothing to do for :attr:`wake_after`
         seconds, send it a read (not waited for) before the loop builds the commit, so that the
-        flush does not find it idle (see ``stead.store.sqlite.disk``). Refused, waking stops."""
+        flush does not find it idle, where the waker's judge finds that this pays (see
+        ``stead.store.sqlite.disk``). Refused, waking stops."""
         now = self._loop.time()
         if self._syncing or now - self._last_io < self.wake_after:
             return
         self._last_io = now
-        assert self._wake is not None
+        assert self._waker is not None
+        began = time.perf_counter()
         try:
-            self._wake()
+            woken = self._waker.before_flush()
         except OSError:
-            self._wake = None
+            self._waker = None
+        else:
+            self._woke = (woken, time.perf_counter() - began)
 
     def _may_commit_here(self) -> bool:
         """Whether a job someone waits for may be committed at once, in the caller's own
@@ -337,7 +348,7 @@ class Writer:
             return
         self._syncing = True
         if self._may_flush_here():
-            self._synced_to(self._commits, _flushed(self._sync))
+            self._synced_to(self._commits, *_flushed(self._sync))
             return
         self._placement.wake_here()  # idle: one flush at a time
         self._executor.submit(self._placement.run, self._sync_thread, self._sync, self._commits)
@@ -354,13 +365,18 @@ class Writer:
 
     def _sync_thread(self, sync: Callable[[], None], target: int) -> None:
         """On the flush thread: fsync, then hand the outcome back to the loop."""
-        error = _flushed(sync)
+        error, seconds = _flushed(sync)
         with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing any more
-            self._loop.call_soon_threadsafe(self._synced_to, target, error)
+            self._loop.call_soon_threadsafe(self._synced_to, target, error, seconds)
 
-    def _synced_to(self, target: int, exc: BaseException | None) -> None:
+    def _synced_to(self, target: int, exc: BaseException | None, seconds: float) -> None:
         self._syncing = False
         self._last_io = self._loop.time()
+        if self._woke is not None:
+            woken, waking = self._woke
+            self._woke = None
+            if self._waker is not None and exc is None:
+                self._waker.flushed(woken, waking + seconds)
         if exc is not None:
             if isinstance(exc, StorageError):
                 error = exc
@@ -407,10 +423,12 @@ class Writer:
             self._on_fatal(self.poisoned)
 
 
-def _flushed(sync: Callable[[], None]) -> BaseException | None:
-    """Flush the disk; the failure, if any, which the loop reports (it poisons the store)."""
+def _flushed(sync: Callable[[], None]) -> tuple[BaseException | None, float]:
+    """Flush the disk; the failure, if any, which the loop reports (it poisons the store), and
+    the seconds the flush took."""
+    began = time.perf_counter()
     try:
         sync()
     except BaseException as exc:
-        return exc
-    return None
+        return exc, time.perf_counter() - began
+    return None, time.perf_counter() - began
