@@ -35,7 +35,6 @@ what is judged.
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 from collections import deque
 
@@ -50,17 +49,17 @@ class WakeJudge:
 
     Until each way has :attr:`FIRST` times, the two take turns, two by two (woken, not, not,
     woken, woken, ...: where barriers of two kinds alternate, each way sees both); then waking
-    if the median of its
-    recent times (the last :attr:`WINDOW`) is lower than that of not waking by :attr:`MARGIN`
-    of it, else not, with every :attr:`EXPLORE`-th decision taking the other way, so that a
-    disk whose behaviour changes is noticed. One judge per
-    device in a process (:func:`judge_for`): what one store learns, the next store on the same
-    disk starts from. Thread-safe: stores on several event loops may share one."""
+    if the median of its recent times (the last :attr:`WINDOW`) is lower than that of not
+    waking by :attr:`MARGIN` of it, else not, with every :attr:`EXPLORE`-th decision taking the
+    other way, so that a disk whose behaviour changes is noticed. One judge per device in a
+    process (:func:`judge_for`): what one store learns, the next store on the same disk starts
+    from. Thread-safe: stores on several event loops may share one."""
 
     FIRST = 6
     WINDOW = 15
     EXPLORE = 32
-    #: The share of a barrier's time a wake must save: what it costs the loop beyond it.
+    #: The share of an unwoken flush's time a wake must save: what it costs the loop beyond
+    #: its own time and the flush's (the disk's interrupts, the CPU's caches).
     MARGIN = 0.1
 
     def __init__(self) -> None:
@@ -71,22 +70,31 @@ class WakeJudge:
             deque(maxlen=self.WINDOW),
         )
         self._decisions = 0
+        #: Whether waking has been clearly the faster: known once each way has FIRST times.
+        self._wake: bool | None = None
 
     def choose(self) -> bool:
         """Whether to wake the disk before the flush that comes next."""
         with self._lock:
             n = self._decisions
             self._decisions += 1
-            skipped, woken = self._times
-            if len(skipped) < self.FIRST or len(woken) < self.FIRST:
+            best = self._wake
+            if best is None:
                 return (n + n // 2) % 2 == 0
-            best = statistics.median(woken) < statistics.median(skipped) * (1 - self.MARGIN)
             return not best if self._decisions % self.EXPLORE == 0 else best
 
     def learn(self, woken: bool, seconds: float) -> None:
         """A flush after a pause, ``woken`` or not, took ``seconds`` (with the wake's own)."""
         with self._lock:
             self._times[woken].append(seconds)
+            skipped, waking = self._times
+            if len(skipped) >= self.FIRST and len(waking) >= self.FIRST:
+                self._wake = _median(waking) < _median(skipped) * (1 - self.MARGIN)
+
+
+def _median(times: deque[float]) -> float:
+    """The middle time (the upper of the two middle ones of an even count)."""
+    return sorted(times)[len(times) // 2]
 
 
 _judges: dict[int, WakeJudge] = {}
