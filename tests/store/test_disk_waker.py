@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -243,3 +245,27 @@ def test_one_judge_per_device_in_a_process(tmp_path: Path) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the platform has no fork")
+def test_a_forked_child_judges_afresh(tmp_path: Path) -> None:
+    """A child forked while another thread of the parent holds a judge's lock still decides
+    (its judges are its own, their locks free)."""
+    fd = os.open(tmp_path / "a", os.O_RDWR | os.O_CREAT)
+    try:
+        judge = disk.judge_for(fd)
+        with judge._lock:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                fresh = disk.judge_for(fd)
+                os._exit(0 if fresh is not judge and fresh.choose() in (True, False) else 1)
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on the parent's judge's lock")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        os.close(fd)

@@ -101,6 +101,17 @@ _judges: dict[int, WakeJudge] = {}
 _judges_lock = threading.Lock()
 
 
+def _forget_judges() -> None:
+    """In a forked child, judges of its own: a lock another thread of the parent held at the
+    fork would stay held in the child."""
+    global _judges_lock
+    _judges.clear()
+    _judges_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_judges)
+
+
 def judge_for(fd: int) -> WakeJudge:
     """The process's judge for the device that holds the file at ``fd``."""
     device = os.fstat(fd).st_dev
