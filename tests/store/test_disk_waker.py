@@ -183,6 +183,44 @@ async def test_an_in_memory_store_has_no_waker() -> None:
         assert (await run.result()).output == "ok"
 
 
+@needs_fadvise
+@pytest.mark.parametrize(
+    ("woken_s", "unwoken_s", "wakes"),
+    [(0.0002, 0.002, True), (0.002, 0.0002, False)],
+    ids=["a-disk-that-sleeps", "a-disk-the-wake-slows"],
+)
+async def test_the_store_learns_whether_waking_its_disk_pays(
+    db: str, monkeypatch: pytest.MonkeyPatch, woken_s: float, unwoken_s: float, wakes: bool
+) -> None:
+    """Through the writer, end to end: flushes that take 2 ms unwoken and 0.2 ms woken (or the
+    other way round) are judged after the first turns, and from then on every barrier after a
+    pause is woken (or not) but the one each EXPLORE decisions that tries the other way."""
+    monkeypatch.setattr(Writer, "wake_after", 0.0)
+    judge = disk.WakeJudge()
+    monkeypatch.setattr(disk, "judge_for", lambda fd: judge)
+    decisions: list[bool] = []
+    real_choose, real_sync = disk.WakeJudge.choose, SqliteStore._sync_wal
+
+    def choose(self: disk.WakeJudge) -> bool:
+        decisions.append(real_choose(self))
+        return decisions[-1]
+
+    def sync(store: SqliteStore) -> None:
+        time.sleep(woken_s if decisions and decisions[-1] else unwoken_s)
+        real_sync(store)
+
+    monkeypatch.setattr(disk.WakeJudge, "choose", choose)
+    monkeypatch.setattr(SqliteStore, "_sync_wal", sync)
+    async with await _app().open(stead.SqliteStore(db)) as runtime:
+        for n in range(20):  # two barriers a run
+            run = await runtime.submit("a", session_id=f"s{n}", request_id="r", prompt="go")
+            assert (await run.result()).output == "ok"
+    judged = decisions[2 * disk.WakeJudge.FIRST :]
+    other = [n for n, woken in enumerate(decisions, start=1) if n > 12 and woken != wakes]
+    assert len(decisions) == 40 and len(judged) == 28
+    assert other == [disk.WakeJudge.EXPLORE]
+
+
 # -- the judge ---------------------------------------------------------------------------------
 
 
