@@ -126,11 +126,11 @@ class DiskWaker:
     """Sends the disk a read of the first block of a file the store owns, when its judge says
     that pays."""
 
-    def __init__(self, fd: int, judge: WakeJudge | None = None) -> None:
+    def __init__(self, fd: int) -> None:
         """Give the file at ``fd`` (the owner's lock file, open for writing) one block on disk
         and wake once: raises :class:`OSError` if that is refused."""
         self._fd = fd
-        self.judge = judge_for(fd) if judge is None else judge
+        self._judge = judge_for(fd)
         if os.fstat(fd).st_size < BLOCK:
             os.pwrite(fd, bytes(BLOCK), 0)
             os.fdatasync(fd)  # a block still to be written has nothing on disk to read
@@ -146,14 +146,14 @@ class DiskWaker:
     def before_flush(self) -> bool:
         """A flush follows a pause: wake the disk if the judge says so; whether it was woken
         (for :meth:`flushed`). Raises :class:`OSError` if the kernel refuses the read."""
-        woken = self.judge.choose()
+        woken = self._judge.choose()
         if woken:
             self.wake()
         return woken
 
     def flushed(self, woken: bool, seconds: float) -> None:
         """The flush after :meth:`before_flush` is done: it and the wake took ``seconds``."""
-        self.judge.learn(woken, seconds)
+        self._judge.learn(woken, seconds)
 
 
 def open_waker(fd: int) -> DiskWaker | None:
