@@ -88,11 +88,13 @@ def _floor_steps(
     sync: Callable[[int], None] = os.fdatasync,
     *,
     collect: bool = True,
+    runs: int = 1,
 ) -> Generator[int, JSON | None, float]:
     """The Python floor's run, step by step: it yields each turn's number where the tool runs,
     takes the tool's output (None: none was called, ``{"i": turn}`` is written) and returns ms
     per step. ``sync(fd)`` flushes the WAL at each barrier. ``collect``: collect garbage first
-    (:func:`collect_garbage`)."""
+    (:func:`collect_garbage`). ``runs``: that many runs one after another on the same
+    connection, the last one timed (its statements prepared by the ones before it)."""
     if collect:
         collect_garbage()
     path = folder / f"floor-{recovery}-{time.perf_counter_ns()}.db"
@@ -102,27 +104,30 @@ def _floor_steps(
     conn.execute("CREATE TABLE journal (run TEXT, key TEXT, body TEXT, PRIMARY KEY (run, key))")
     wal = os.open(f"{path}-wal", os.O_RDONLY)
 
-    def row(key: str, body: object) -> None:
+    def row(run: str, key: str, body: object) -> None:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(
-            "INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", ("run", key, json.dumps(body))
+            "INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", (run, key, json.dumps(body))
         )
         conn.execute("COMMIT")
 
-    start = time.perf_counter()
-    row("submitted", {"prompt": "go"})
-    sync(wal)  # barrier: the submission is acknowledged
-    for turn in range(1, tool_calls + 1):
-        row(f"model:{turn}", {"tool_calls": [{"name": "lookup", "arguments": {"i": turn}}]})
-        if recovery == "manual":
-            sync(wal)  # barrier: the intent is on disk before the effect
-        output = yield turn
-        row(f"tool:{turn}", {"output": {"i": turn} if output is None else output})
-        if recovery == "manual":
-            sync(wal)  # barrier: the result is on disk before the run builds on it
-    row(f"model:{tool_calls + 1}", {"text": "done"})
-    sync(wal)  # barrier: the completed run is acknowledged
-    elapsed = time.perf_counter() - start
+    for number in range(1, runs + 1):
+        run = f"run{number}"
+        start = time.perf_counter()
+        row(run, "submitted", {"prompt": "go"})
+        sync(wal)  # barrier: the submission is acknowledged
+        for turn in range(1, tool_calls + 1):
+            body = {"tool_calls": [{"name": "lookup", "arguments": {"i": turn}}]}
+            row(run, f"model:{turn}", body)
+            if recovery == "manual":
+                sync(wal)  # barrier: the intent is on disk before the effect
+            output = yield turn
+            row(run, f"tool:{turn}", {"output": {"i": turn} if output is None else output})
+            if recovery == "manual":
+                sync(wal)  # barrier: the result is on disk before the run builds on it
+        row(run, f"model:{tool_calls + 1}", {"text": "done"})
+        sync(wal)  # barrier: the completed run is acknowledged
+        elapsed = time.perf_counter() - start
     os.close(wal)
     conn.close()
     return elapsed / (2 * tool_calls + 1) * 1000

@@ -104,3 +104,54 @@ def test_dbos_is_skipped_with_the_reason_where_its_timestamps_cannot_be_written(
     system = peers.dbos_system()
     assert system.run_once is None
     assert system.skipped is not None and "gives NULL" in system.skipped
+
+
+def test_the_floor_runs_again_on_its_connection_and_times_the_last_run(tmp_path: Path) -> None:
+    import sqlite3
+
+    import step_overhead
+
+    flushed: list[int] = []
+    steps = step_overhead._floor_steps(
+        tmp_path, 2, "safe", lambda fd: flushed.append(fd), collect=False, runs=3
+    )
+    turns = []
+    try:
+        turns.append(next(steps))
+        while True:
+            turns.append(steps.send(None))
+    except StopIteration as done:
+        ms_per_step = float(done.value)
+    assert turns == [1, 2] * 3
+    assert len(flushed) == 6  # the submission's and the end's barrier, each run
+    assert 0 < ms_per_step < 1000
+    (path,) = tmp_path.glob("floor-safe-*.db")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT run, COUNT(*) FROM journal GROUP BY run").fetchall()
+    assert rows == [("run1", 6), ("run2", 6), ("run3", 6)]  # 1 + 2 model + 2 tool + final
+
+
+@pytest.mark.parametrize("system", ["stead", "LangGraph", "floor"])
+def test_a_systems_later_run_on_its_database_is_timed_after_the_ones_before(
+    tmp_path: Path, system: str
+) -> None:
+    made = {
+        "stead": lambda: peers.stead_system("barriers", 3),
+        "LangGraph": lambda: peers.langgraph_system(3),
+        "floor": lambda: peers.floor_system("barriers", 3),
+    }[system]()
+    if made.run_once is None:
+        pytest.skip(made.skipped or "not installed")
+    peers.COUNTER.reset()
+    seconds = made.run_once(tmp_path, 0)
+    # Every run called each tool: LangGraph checks each run's 21 steps, counted afresh.
+    runs = 1 if system == "LangGraph" else 3
+    assert peers.COUNTER.tool == runs * peers.TOOL_CALLS
+    assert 0 < seconds < 5
+
+
+def test_nth_is_refused_below_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        peers.main(["--nth", "0", "--runs", "1"])
+    assert exit_.value.code == 2
+    assert "--nth counts a database's runs from 1, got 0" in capsys.readouterr().err
