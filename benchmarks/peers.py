@@ -588,7 +588,8 @@ def measure(
         active = [s for s in active if s.run_once is not None]
 
 
-def _ordinal(n: int) -> str:
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 
@@ -601,7 +602,7 @@ def report(systems: list[System], runs: int, warmup: int, base: Path, nth: int =
     which = (
         "fresh database per run"
         if nth == 1
-        else f"each timed run the {_ordinal(nth)} on its fresh database (those before untimed)"
+        else f"each timed run the {ordinal(nth)} on its fresh database (those before untimed)"
     )
     console.print(
         f"[bold]stead vs peers[/bold]: {TOOL_CALLS}-tool-call agent loop = {STEPS_PER_RUN} "

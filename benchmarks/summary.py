@@ -356,7 +356,7 @@ def warm_speedups(runs: int, base: Path, figures: Figures) -> None:
     for fsync, target in targets.items():
         ours = steads[fsync].median
         for peer in rivals:
-            label = f'speed-up over {peer.name}, fsync="{fsync}", run {nth} on its database'
+            label = f'speed-up over {peer.name}, fsync="{fsync}", {peers.ordinal(nth)} run'
             if ours is None or peer.median is None:
                 figures.note(
                     label,

@@ -126,10 +126,10 @@ def test_peer_rows_say_what_each_target_asks_of_steads_ratio_to_the_floor(
     assert value['speed-up over LangGraph, fsync="barriers"'] == pytest.approx(8.0)
     # Measured again with each system's third run on its database: 1.32 / 0.12 ms.
     nth = summary.WARM_NTH
-    warm = f'speed-up over LangGraph, fsync="barriers", run {nth} on its database'
+    warm = f'speed-up over LangGraph, fsync="barriers", {peers.ordinal(nth)} run'
     assert value[warm] == pytest.approx(11.0)
     assert next(row for row in figures.rows if row.name == warm).ok
-    assert value[f'speed-up over DBOS, fsync="always", run {nth} on its database'] == (
+    assert value[f'speed-up over DBOS, fsync="always", {peers.ordinal(nth)} run'] == (
         pytest.approx(1.6 / 0.25)
     )
     # The floors are not measured again: no target divides by them there.
@@ -181,7 +181,7 @@ def test_a_peer_that_did_not_run_leaves_its_targets_shown_as_not_measured(
         rounds.append(figures)
     text = _text(rounds)
     for fsync, target in (("barriers", "≥ 10x"), ("always", "≥ 5x")):
-        for suffix in ("", f", run {summary.WARM_NTH} on its database"):
+        for suffix in ("", f", {peers.ordinal(summary.WARM_NTH)} run"):
             line = _line(text, f'speed-up over DBOS, fsync="{fsync}"{suffix}')
             assert "not measured: DBOS did not run" in line
             assert target in line and "NOT MEASURED" in line
