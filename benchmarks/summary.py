@@ -297,22 +297,8 @@ def peer_figures(runs: int, base: Path, figures: Figures) -> None:
             continue
         figures.add(f"{system.name}: {system.setting}", system.median * 1000, " µs/step", ".1f")
     targets = {"barriers": peers.TARGET_BARRIERS, "always": peers.TARGET_ALWAYS}
-    for fsync, target in targets.items():
-        ours = by_name[("stead", f'SqliteStore(fsync="{fsync}")')].median
-        for peer in rivals:
-            if ours is None or peer.median is None:
-                figures.note(
-                    f'speed-up over {peer.name}, fsync="{fsync}"',
-                    f"not measured: {'stead' if ours is None else peer.name} did not run",
-                    target=f"≥ {target:g}x",
-                )
-                continue
-            figures.add(
-                f'speed-up over {peer.name}, fsync="{fsync}"',
-                peer.median / ours,
-                "x",
-                target=f"≥ {target:g}x",
-            )
+    steads = {fsync: by_name[("stead", f'SqliteStore(fsync="{fsync}")')] for fsync in targets}
+    add_speedups(figures, steads, rivals)
     warm_speedups(runs, base, figures)
     # The same loop's journal written by hand (no engine), in the same round-robin, fsync'd as
     # each stead setting is: a speed-up over a peer is bounded by the floor's own. Under stead's
@@ -352,11 +338,22 @@ def warm_speedups(runs: int, base: Path, figures: Figures) -> None:
     steads = {fsync: peers.stead_system(fsync, nth) for fsync in ("barriers", "always")}
     rivals = [peers.dbos_system(nth), peers.langgraph_system(nth)]
     peers.measure([*steads.values(), *rivals], runs, 2, base)
+    add_speedups(figures, steads, rivals, f", {peers.ordinal(nth)} run")
+
+
+def add_speedups(
+    figures: Figures,
+    steads: dict[str, peers.System],
+    rivals: list[peers.System],
+    suffix: str = "",
+) -> None:
+    """A row for stead's speed-up at each fsync setting over each peer, against its target
+    (not measured: the row says who did not run); ``suffix`` ends each row's name."""
     targets = {"barriers": peers.TARGET_BARRIERS, "always": peers.TARGET_ALWAYS}
     for fsync, target in targets.items():
         ours = steads[fsync].median
         for peer in rivals:
-            label = f'speed-up over {peer.name}, fsync="{fsync}", {peers.ordinal(nth)} run'
+            label = f'speed-up over {peer.name}, fsync="{fsync}"{suffix}'
             if ours is None or peer.median is None:
                 figures.note(
                     label,
